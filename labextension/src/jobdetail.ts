@@ -1,0 +1,573 @@
+import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { caretLeftIcon } from '@jupyterlab/ui-components';
+import { Poll } from '@lumino/polling';
+import { ISignal, Signal } from '@lumino/signaling';
+import { Widget } from '@lumino/widgets';
+
+import { BurstApi, errorMessage } from './api';
+import { h, setAttr, setHidden, setText } from './dom';
+import {
+  cleanLog,
+  formatCost,
+  formatElapsed,
+  formatRate,
+  formatFullTime,
+  formatTime,
+  IJobDetail,
+  isTerminal,
+  machineDetail,
+  progressFraction,
+  progressSummary,
+  stateClass,
+  stateLabel
+} from './format';
+import { LIST_INTERVAL, MAX_INTERVAL } from './model';
+
+/** The most log text kept in the view (characters); older text is dropped. */
+export const LOG_LIMIT = 2_000_000;
+
+/** At most this many log requests per poll tick, to catch up on a long log. */
+const LOG_PAGES_PER_TICK = 8;
+
+/**
+ * The detail view of one job: state, machine, cost and attempts, a live tail
+ * of its log with an attempt selector, and a Cancel button.
+ *
+ * A `Poll` refreshes the job and tails its log every 2 s while the view is
+ * visible; it goes to standby when hidden and once the job is finished and
+ * its log complete.
+ */
+export class JobDetailView extends Widget {
+  constructor(api: BurstApi) {
+    super();
+    this.api = api;
+    this.addClass('nbburst-detail-view');
+    this.node.tabIndex = -1;
+
+    this._back = h('button', {
+      className: 'nbburst-icon-button nbburst-back',
+      type: 'button',
+      title: 'Back to the job list'
+    });
+    caretLeftIcon.element({ container: this._back, tag: 'span' });
+    this._back.appendChild(h('span', {}, 'Back'));
+    this._cancel = h(
+      'button',
+      {
+        className: 'nbburst-cancel',
+        type: 'button',
+        title: 'Cancel this job and delete its machine',
+        hidden: true
+      },
+      'Cancel job'
+    );
+    this._name = h('h3', { className: 'nbburst-detail-name' });
+    this._badge = h('span', { className: 'nbburst-state-badge' });
+    this._fields = h('dl', { className: 'nbburst-detail-fields' });
+    this._progressFill = h('div', { className: 'nbburst-progress-fill' });
+    this._progress = h(
+      'div',
+      { className: 'nbburst-progress', hidden: true },
+      this._progressFill
+    );
+    this._message = h('div', { className: 'nbburst-detail-message', hidden: true });
+    this._error = h('div', {
+      className: 'nbburst-error',
+      role: 'alert',
+      hidden: true
+    });
+    this._attemptSelect = h('select', {
+      className: 'nbburst-attempt-select',
+      'aria-label': 'Attempt',
+      title: 'Show the log of another attempt'
+    });
+    this._attemptLabel = h(
+      'label',
+      { className: 'nbburst-attempt-label', hidden: true },
+      'Attempt ',
+      this._attemptSelect
+    );
+    this._logStatus = h('span', { className: 'nbburst-log-status' });
+    this._log = h('pre', {
+      className: 'nbburst-log',
+      tabindex: 0,
+      'aria-label': 'Job log',
+      'aria-live': 'off'
+    });
+
+    this.node.append(
+      h(
+        'div',
+        { className: 'nbburst-detail-toolbar' },
+        this._back,
+        h('span', { className: 'nbburst-spacer' }),
+        this._cancel
+      ),
+      h(
+        'div',
+        { className: 'nbburst-detail-header' },
+        h('div', { className: 'nbburst-detail-title' }, this._name, this._badge),
+        this._fields,
+        this._progress,
+        this._message,
+        this._error
+      ),
+      h(
+        'div',
+        { className: 'nbburst-log-toolbar' },
+        h('span', { className: 'nbburst-log-title' }, 'Log'),
+        this._attemptLabel,
+        h('span', { className: 'nbburst-spacer' }),
+        this._logStatus
+      ),
+      this._log
+    );
+
+    this._back.addEventListener('click', () => this._closed.emit());
+    this._cancel.addEventListener('click', () => void this._confirmCancel());
+    this._attemptSelect.addEventListener('change', () => {
+      const attempt = Number(this._attemptSelect.value);
+      if (attempt) {
+        this.selectAttempt(attempt);
+      }
+    });
+    this.node.addEventListener('keydown', event => {
+      if (
+        event.key === 'Escape' &&
+        !(event.target instanceof HTMLSelectElement)
+      ) {
+        this._closed.emit();
+      }
+    });
+
+    this._poll = new Poll({
+      name: 'nbburst:job',
+      factory: () => this._tick(),
+      frequency: { interval: LIST_INTERVAL, backoff: true, max: MAX_INTERVAL },
+      standby: () =>
+        !this._jobId || !this._visible || this._finished ? true : 'when-hidden'
+    });
+  }
+
+  readonly api: BurstApi;
+
+  /** Emitted when the user asks to go back to the list. */
+  get closed(): ISignal<this, void> {
+    return this._closed;
+  }
+
+  /** Emitted after a job was cancelled. */
+  get cancelled(): ISignal<this, string> {
+    return this._cancelled;
+  }
+
+  /** The job shown, if any. */
+  get jobId(): string | null {
+    return this._jobId;
+  }
+
+  /** Whether the view is on screen; the poll pauses when it is not. */
+  get visible(): boolean {
+    return this._visible;
+  }
+  set visible(value: boolean) {
+    if (value === this._visible) {
+      return;
+    }
+    this._visible = value;
+    if (value && this._jobId) {
+      void this._poll.refresh();
+    }
+  }
+
+  /** Show a job (and start tailing its log). */
+  open(id: string): void {
+    this._generation++;
+    this._jobId = id;
+    this._job = null;
+    this._finished = false;
+    this._followLatest = true;
+    this._attempts = [];
+    this._cancelling = false;
+    this._error.hidden = true;
+    this._resetLog(null);
+    setText(this._name, id);
+    this._render();
+    void this._poll.refresh();
+  }
+
+  /** Stop showing a job. */
+  close(): void {
+    this._generation++;
+    this._jobId = null;
+    this._job = null;
+  }
+
+  /** Show the log of one attempt (the latest one is followed automatically). */
+  selectAttempt(attempt: number): void {
+    const latest = Math.max(attempt, ...this._attempts);
+    this._followLatest = attempt >= latest;
+    if (attempt !== this._logAttempt) {
+      this._generation++;
+      this._resetLog(attempt);
+      this._finished = false;
+      void this._poll.refresh();
+    }
+  }
+
+  /** Fetch now. */
+  async refresh(): Promise<void> {
+    this._finished = false;
+    await this._poll.refresh();
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._poll.dispose();
+    super.dispose();
+  }
+
+  private async _tick(): Promise<void> {
+    const id = this._jobId;
+    if (!id) {
+      return;
+    }
+    const generation = this._generation;
+    try {
+      const job = await this.api.getJob(id);
+      if (generation !== this._generation) {
+        return;
+      }
+      this._job = job;
+      this._mergeAttempts(
+        (job.attempts ?? []).map(a => a.attempt),
+        job.attempt || 1
+      );
+      // Follow a relaunch: show the new attempt's log.
+      if (
+        this._followLatest &&
+        this._logAttempt !== null &&
+        (job.attempt || 1) > this._logAttempt
+      ) {
+        this._resetLog(job.attempt || 1);
+      }
+      this._render();
+      await this._tailLog(id, generation);
+      if (generation !== this._generation) {
+        return;
+      }
+      this._setError(null);
+      this._finished = isTerminal(job.state) && this._logComplete;
+      this._render();
+    } catch (error) {
+      if (generation === this._generation) {
+        this._setError(errorMessage(error));
+      }
+      throw error;
+    }
+  }
+
+  private async _tailLog(id: string, generation: number): Promise<void> {
+    for (let page = 0; page < LOG_PAGES_PER_TICK; page++) {
+      if (this._logComplete) {
+        return;
+      }
+      const chunk = await this.api.getLogs(id, {
+        attempt: this._logAttempt,
+        offset: this._logOffset
+      });
+      if (generation !== this._generation) {
+        return;
+      }
+      if (this._logAttempt === null) {
+        this._logAttempt = chunk.attempt;
+      } else if (chunk.attempt !== this._logAttempt) {
+        // The server answered for another attempt: start over with it.
+        this._resetLog(chunk.attempt);
+        this._logAttempt = chunk.attempt;
+      }
+      this._mergeAttempts(chunk.attempts ?? [], chunk.attempt);
+      const text = chunk.text ?? '';
+      if (chunk.offset !== this._logOffset && chunk.offset === 0) {
+        // The server restarted from the beginning: replace the text.
+        this._logRaw = '';
+      }
+      this._appendLog(text, chunk.offset !== this._logOffset);
+      const next =
+        typeof chunk.next_offset === 'number'
+          ? chunk.next_offset
+          : this._logOffset + text.length;
+      const advanced = next > this._logOffset;
+      this._logOffset = next;
+      this._logComplete = !!chunk.complete;
+      this._renderLogStatus();
+      if (!advanced || !text) {
+        return;
+      }
+    }
+  }
+
+  private _mergeAttempts(attempts: number[], current: number): void {
+    const all = new Set<number>(this._attempts);
+    for (const a of attempts) {
+      if (a > 0) {
+        all.add(a);
+      }
+    }
+    for (let a = 1; a <= current; a++) {
+      all.add(a);
+    }
+    this._attempts = Array.from(all).sort((a, b) => a - b);
+  }
+
+  private _resetLog(attempt: number | null): void {
+    this._logAttempt = attempt;
+    this._logOffset = 0;
+    this._logComplete = false;
+    this._logRaw = '';
+    this._logTrimmed = false;
+    this._log.textContent = '';
+    this._renderLogStatus();
+  }
+
+  private _appendLog(text: string, replace: boolean): void {
+    if (!text && !replace) {
+      return;
+    }
+    const pre = this._log;
+    const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 24;
+    const lastLine = this._logRaw.slice(this._logRaw.lastIndexOf('\n') + 1);
+    const special = /[\r\x1b]/; // eslint-disable-line no-control-regex
+    this._logRaw += text;
+    if (this._logRaw.length > LOG_LIMIT) {
+      const cut = this._logRaw.indexOf('\n', this._logRaw.length - LOG_LIMIT);
+      this._logRaw = this._logRaw.slice(
+        cut === -1 ? this._logRaw.length - LOG_LIMIT : cut + 1
+      );
+      this._logTrimmed = true;
+      replace = true;
+    }
+    if (replace || special.test(text) || special.test(lastLine)) {
+      const prefix = this._logTrimmed ? '[… earlier output not shown …]\n' : '';
+      pre.textContent = prefix + cleanLog(this._logRaw);
+    } else {
+      pre.appendChild(document.createTextNode(text));
+    }
+    if (atBottom) {
+      pre.scrollTop = pre.scrollHeight;
+    }
+  }
+
+  private _renderLogStatus(): void {
+    let status = '';
+    if (this._logAttempt !== null || this._logOffset > 0) {
+      if (this._logComplete) {
+        status = 'complete';
+      } else if (this._job && isTerminal(this._job.state)) {
+        status = 'finishing…';
+      } else {
+        status = 'live';
+      }
+    }
+    setText(this._logStatus, status);
+    this._logStatus.classList.toggle('nbburst-mod-live', status === 'live');
+    if (!this._logRaw && this._logAttempt !== null && this._logComplete) {
+      setText(this._log, '(no output)');
+    }
+  }
+
+  private _setError(message: string | null): void {
+    setText(this._error, message ?? '');
+    setHidden(this._error, !message);
+  }
+
+  private _render(): void {
+    const job = this._job;
+    if (!job) {
+      setHidden(this._cancel, true);
+      setText(this._badge, '');
+      this._badge.className = 'nbburst-state-badge';
+      setHidden(this._badge, true);
+      this._fields.textContent = '';
+      this._fieldsKey = '';
+      setHidden(this._progress, true);
+      setHidden(this._message, true);
+      setHidden(this._attemptLabel, true);
+      return;
+    }
+    setText(this._name, job.name || job.id);
+    setAttr(this._name, 'title', job.name ? `${job.name} (${job.id})` : job.id);
+    const cls = `nbburst-state-badge ${stateClass(job.state)}`;
+    if (this._badge.className !== cls) {
+      this._badge.className = cls;
+    }
+    setText(this._badge, stateLabel(job.state));
+    setHidden(this._badge, false);
+
+    const terminal = isTerminal(job.state);
+    setHidden(this._cancel, terminal);
+    this._cancel.disabled = this._cancelling;
+    setText(this._cancel, this._cancelling ? 'Cancelling…' : 'Cancel job');
+
+    const attempt = job.attempt || 1;
+    const rows: [string, string, string?][] = [
+      ['Job', job.id],
+      ['Machine', machineDetail(job)],
+      ['Elapsed', formatElapsed(job.elapsed_s)],
+      [
+        'Cost',
+        terminal || !job.cost_per_hour_usd
+          ? formatCost(job.cost_usd)
+          : `${formatCost(job.cost_usd)} (${formatRate(job.cost_per_hour_usd)})`
+      ],
+      [
+        'Attempts',
+        attempt > 1 ? `${attempt} (relaunched ${attempt - 1}×)` : String(attempt)
+      ],
+      [
+        'Started',
+        formatTime(job.started ?? job.created),
+        formatFullTime(job.started ?? job.created)
+      ]
+    ];
+    if (job.ended) {
+      rows.push(['Ended', formatTime(job.ended), formatFullTime(job.ended)]);
+    }
+    const progress = progressSummary(job.progress);
+    if (progress) {
+      rows.push(['Progress', progress]);
+    }
+    this._renderFields(rows);
+
+    const fraction = terminal ? null : progressFraction(job.progress);
+    setHidden(this._progress, fraction === null);
+    const width = fraction === null ? '0%' : `${(fraction * 100).toFixed(1)}%`;
+    if (this._progressFill.style.width !== width) {
+      this._progressFill.style.width = width;
+    }
+
+    setText(this._message, job.message || '');
+    setHidden(this._message, !job.message);
+    this._message.classList.toggle(
+      'nbburst-mod-failed',
+      String(job.state).toUpperCase() === 'FAILED'
+    );
+
+    this._renderAttempts();
+    this._renderLogStatus();
+  }
+
+  private _renderFields(rows: [string, string, string?][]): void {
+    const key = JSON.stringify(rows);
+    if (key === this._fieldsKey) {
+      return;
+    }
+    this._fieldsKey = key;
+    this._fields.textContent = '';
+    for (const [name, value, title] of rows) {
+      this._fields.append(h('dt', {}, name), h('dd', { title: title ?? value }, value));
+    }
+  }
+
+  private _renderAttempts(): void {
+    const attempts = this._attempts;
+    setHidden(this._attemptLabel, attempts.length <= 1);
+    const info = new Map(
+      (this._job?.attempts ?? []).map(a => [a.attempt, a] as const)
+    );
+    const latest = attempts.length ? attempts[attempts.length - 1] : 1;
+    const labels = attempts.map(a => {
+      const i = info.get(a);
+      const state = i?.state ? ` · ${stateLabel(i.state)}` : '';
+      return `${a}${state}${a === latest && attempts.length > 1 ? ' (latest)' : ''}`;
+    });
+    const key = JSON.stringify(labels);
+    if (key !== this._attemptsKey) {
+      this._attemptsKey = key;
+      this._attemptSelect.textContent = '';
+      attempts.forEach((a, i) => {
+        this._attemptSelect.appendChild(
+          h('option', { value: String(a) }, labels[i])
+        );
+      });
+    }
+    const selected = String(this._logAttempt ?? latest);
+    if (this._attemptSelect.value !== selected) {
+      this._attemptSelect.value = selected;
+    }
+  }
+
+  private async _confirmCancel(): Promise<void> {
+    const job = this._job;
+    const id = this._jobId;
+    if (!id || !job || isTerminal(job.state) || this._cancelling) {
+      return;
+    }
+    const name = job.name || job.id;
+    const result = await showDialog({
+      title: 'Cancel burst job?',
+      body:
+        `Cancel “${name}”? Its machine is deleted and the work it has ` +
+        'not checkpointed is lost.',
+      buttons: [
+        Dialog.cancelButton({ label: 'Keep running' }),
+        Dialog.warnButton({ label: 'Cancel job' })
+      ],
+      defaultButton: 0
+    });
+    if (!result.button.accept || this._jobId !== id) {
+      return;
+    }
+    this._cancelling = true;
+    this._render();
+    try {
+      const answer = await this.api.cancelJob(id);
+      if (this._jobId === id && this._job && answer?.state) {
+        this._job = { ...this._job, state: answer.state };
+      }
+      this._setError(null);
+      this._cancelled.emit(id);
+    } catch (error) {
+      this._setError(`Could not cancel the job: ${errorMessage(error)}`);
+    } finally {
+      this._cancelling = false;
+      this._render();
+      void this.refresh();
+    }
+  }
+
+  private _poll: Poll;
+  private _closed = new Signal<this, void>(this);
+  private _cancelled = new Signal<this, string>(this);
+  private _generation = 0;
+  private _jobId: string | null = null;
+  private _job: IJobDetail | null = null;
+  private _visible = false;
+  private _finished = false;
+  private _cancelling = false;
+  private _followLatest = true;
+  private _attempts: number[] = [];
+  private _attemptsKey = '';
+  private _fieldsKey = '';
+  private _logAttempt: number | null = null;
+  private _logOffset = 0;
+  private _logComplete = false;
+  private _logRaw = '';
+  private _logTrimmed = false;
+
+  private _back: HTMLButtonElement;
+  private _cancel: HTMLButtonElement;
+  private _name: HTMLHeadingElement;
+  private _badge: HTMLSpanElement;
+  private _fields: HTMLDListElement;
+  private _progress: HTMLDivElement;
+  private _progressFill: HTMLDivElement;
+  private _message: HTMLDivElement;
+  private _error: HTMLDivElement;
+  private _attemptLabel: HTMLLabelElement;
+  private _attemptSelect: HTMLSelectElement;
+  private _logStatus: HTMLSpanElement;
+  private _log: HTMLPreElement;
+}

@@ -1,0 +1,45 @@
+"""nbburst: run a notebook cell on a big, cheap, preemptible machine as if it ran in the kernel.
+
+``%load_ext nbburst`` registers ``%%burst``; ``nbburst.submit(fn, ...)`` is the
+Python API. This module stays light (imports happen on first use) because the
+agent imports the package on every machine boot.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from .client import Job
+
+
+def submit(fn: Any, *args: Any, backend: str | None = None, cores: int | None = None, memory: float | None = None,
+           timeout: str | float | None = None, name: str | None = None, **kwargs: Any) -> Job:
+    """Run ``fn(*args, **kwargs)`` on a machine and return a :class:`~nbburst.client.Job`.
+
+    Options mirror ``%%burst``; anything else is passed to ``fn``.
+    """
+    from .client import Burst
+
+    burst = Burst()
+    opts: dict[str, Any] = {"cores": cores, "memory": memory, "name": name}
+    if backend is not None:
+        opts["backend"] = backend
+    if timeout is not None:
+        opts["timeout"] = timeout
+    return burst.submit(fn, *args, options=burst.options(**opts), **kwargs)
+
+
+def progress(done: float, total: float | None = None, desc: str = "") -> None:
+    """Report progress from inside a burst cell (a no-op elsewhere)."""
+    from .reporting import progress as report
+
+    report(done, total, desc)
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    from .magic import BurstMagics
+
+    ipython.register_magics(BurstMagics(ipython))

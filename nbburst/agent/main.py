@@ -1,0 +1,282 @@
+"""``python -m nbburst.agent JOB_URL``: run one attempt of a job on this machine.
+
+The controller stays small and never runs user code: it forks the runner into
+a process group of its own, ships its output, keeps the heartbeat, watches for
+cancellation and the time limit, and commits the terminal state. Whatever the
+runner does (crash, hang, eat memory), the controller can still end it and say
+why.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+from .. import payload, signing
+from ..env import python_mismatch
+from ..job import (
+    ENV_ATTEMPT,
+    ENV_CPUS,
+    ENV_JOB_KEY,
+    ENV_MACHINE,
+    HEARTBEAT_SECONDS,
+    JobLayout,
+    JobSpec,
+    State,
+    Status,
+    Terminal,
+)
+from ..store import AlreadyExists, NotFound, Store, open_store
+from .shipper import Shipper
+
+CANCEL_POLL_SECONDS = 0.5
+KILL_GRACE_SECONDS = 3.0
+
+
+def split_job_url(job_url: str) -> tuple[str, str]:
+    """``<root>/jobs/<id>`` -> (root, id)."""
+    root, sep, job_id = job_url.rstrip("/").rpartition("/jobs/")
+    if not sep:
+        raise SystemExit(f"nbburst agent: {job_url!r} is not a job URL (<store root>/jobs/<job id>)")
+    return root, job_id
+
+
+class Identity:
+    """Who this agent is: key, machine and attempt, handed over outside the Store."""
+
+    def __init__(self) -> None:
+        key_hex = os.environ.get(ENV_JOB_KEY) or _metadata_attribute("nbburst-key")
+        if not key_hex:
+            raise SystemExit("nbburst agent: no job key (neither $NBBURST_JOB_KEY nor instance metadata)")
+        self.key = bytes.fromhex(key_hex)
+        self.machine = os.environ.get(ENV_MACHINE) or _metadata("instance/name") or "unknown"
+        self.attempt = int(os.environ.get(ENV_ATTEMPT) or _metadata_attribute("nbburst-attempt") or 1)
+
+
+def _metadata(path: str) -> str | None:
+    if not os.environ.get("GCE_METADATA_HOST") and not os.path.exists("/etc/google_instance_id"):
+        return None
+    from ..config import metadata
+
+    return metadata(path, timeout=2.0)
+
+
+def _metadata_attribute(name: str) -> str | None:
+    return _metadata(f"instance/attributes/{name}")
+
+
+def load_spec(store: Store, layout: JobLayout, key: bytes) -> JobSpec:
+    spec = JobSpec.from_json(store.get(layout.spec))
+    signing.verify_text(key, spec.signed_payload(), spec.signature, f"job spec {layout.spec}")
+    return spec
+
+
+class Agent:
+    def __init__(self, store: Store, layout: JobLayout, spec: JobSpec, ident: Identity):
+        self.store, self.layout, self.spec, self.ident = store, layout, spec, ident
+        self.attempt = ident.attempt
+        self.status = Status(attempt=self.attempt, state=State.RUNNING, machine=ident.machine)
+        self.status_lock = threading.Lock()
+        self.shipper = Shipper(store, layout, self.attempt, on_event=self._on_event)
+        self.runner_pid: int | None = None
+        self.stop_reason: tuple[State, str] | None = None
+        self.done = threading.Event()
+
+    # -- status -------------------------------------------------------------
+    def write_status(self, **changes: Any) -> None:
+        with self.status_lock:
+            for k, v in changes.items():
+                setattr(self.status, k, v)
+            self.status.heartbeat = time.time()
+            self.store.put(self.layout.status(self.attempt), self.status.to_json())
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        if event.get("s") == "progress":
+            with self.status_lock:
+                self.status.progress = {k: event.get(k) for k in ("done", "total", "desc")}
+
+    def commit_terminal(self, state: State, reason: str = "") -> State:
+        """Write the job's end once; if someone else ended it first, theirs stands."""
+        try:
+            self.store.create(self.layout.terminal, Terminal(state, reason, self.attempt, by="agent").to_json())
+            return state
+        except AlreadyExists:
+            return Terminal.from_json(self.store.get(self.layout.terminal)).state
+
+    # -- watchdog -------------------------------------------------------------
+    def _watch(self) -> None:
+        deadline = self.spec.created + self.spec.timeout_s
+        last_beat = 0.0
+        while not self.done.wait(CANCEL_POLL_SECONDS):
+            try:
+                if self.stop_reason is None and self.store.exists(self.layout.cancel):
+                    self._stop_runner(State.CANCELLED, "cancelled by the user")
+                elif self.stop_reason is None and time.time() > deadline:
+                    from ..options import format_duration
+
+                    self._stop_runner(State.FAILED,
+                                      f"timed out: the job exceeded its time limit of "
+                                      f"{format_duration(self.spec.timeout_s)} (--timeout)")
+                if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:
+                    self.write_status()
+                    last_beat = time.monotonic()
+            except Exception:  # a flaky store must not kill the watchdog
+                traceback.print_exc()
+
+    def _stop_runner(self, state: State, reason: str) -> None:
+        self.stop_reason = (state, reason)
+        self.shipper.event(f"nbburst: {reason}; stopping the cell")
+        if self.runner_pid is None:
+            return
+        try:
+            os.killpg(self.runner_pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        end = time.monotonic() + KILL_GRACE_SECONDS
+        while time.monotonic() < end:
+            try:
+                os.killpg(self.runner_pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        try:
+            os.killpg(self.runner_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    # -- run ----------------------------------------------------------------
+    def run(self) -> State:
+        problem = python_mismatch(self._env())
+        if problem:
+            self.shipper.event(f"nbburst: refusing to run: {problem}")
+            self.shipper.flush()
+            return self.commit_terminal(State.FAILED, problem)
+        if self.store.exists(self.layout.cancel):
+            return self.commit_terminal(State.CANCELLED, "cancelled before it started")
+        _pin_cpus()
+        workdir = os.path.join(os.getcwd(), "work", self.spec.job_id)
+        os.makedirs(workdir, exist_ok=True)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        ev_r, ev_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the runner
+            os.setpgid(0, 0)
+            os.close(out_r), os.close(err_r), os.close(ev_r)
+            os.chdir(workdir)
+            os.environ["MPLBACKEND"] = "module://nbburst.agent.mplbackend"
+            os.environ.setdefault("IPYTHONDIR", os.path.join(workdir, ".ipython"))
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            code = 2
+            try:
+                from .channel import Channel
+                from .runner import redirect_std, run
+
+                redirect_std(out_w, err_w)
+                code = run(open_store(self.store.url), self.layout, self.spec, self.ident.key, Channel(ev_w))
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                for stream in (sys.stdout, sys.stderr):
+                    try:
+                        stream.flush()
+                    except Exception:
+                        pass
+                from .channel import flush_c_streams
+
+                flush_c_streams()
+                os._exit(code)
+        self.runner_pid = pid
+        try:
+            os.setpgid(pid, pid)
+        except OSError:
+            pass
+        os.close(out_w), os.close(err_w), os.close(ev_w)
+        self.write_status(state=State.RUNNING, started=time.time())
+        self.shipper.pump(out_r, err_r, ev_r)
+        watchdog = threading.Thread(target=self._watch, name="nbburst-watchdog", daemon=True)
+        watchdog.start()
+        _, wait_status = os.waitpid(pid, 0)
+        # The cell may have left processes behind in its group; the job is over for them too.
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.shipper.join(timeout=10)
+        self.done.set()
+        watchdog.join()
+        return self._finish(wait_status)
+
+    def _env(self) -> dict[str, Any]:
+        import json
+
+        raw = self.store.get(self.layout.env)
+        if payload.digest_bytes(raw) != self.spec.digests.get("env.json"):
+            raise signing.SignatureError("env.json does not match the signed job spec")
+        return json.loads(raw)
+
+    def _finish(self, wait_status: int) -> State:
+        if self.store.exists(self.layout.result):
+            state = self.commit_terminal(State.SUCCEEDED)
+        elif self.stop_reason is not None and self.stop_reason[0] == State.PREEMPTED:
+            self.write_status(state=State.PREEMPTED, message=self.stop_reason[1])
+            return State.PREEMPTED
+        elif self.stop_reason is not None:
+            state = self.commit_terminal(*self.stop_reason)
+        elif self.store.exists(self.layout.error):
+            state = self.commit_terminal(State.FAILED, _error_summary(self.store, self.layout, self.ident.key))
+        else:
+            state = self.commit_terminal(State.FAILED, _death(wait_status))
+        self.write_status(state=state)
+        return state
+
+
+def _error_summary(store: Store, layout: JobLayout, key: bytes) -> str:
+    try:
+        info = payload.decode(bytearray(signing.verify(key, store.get(layout.error), "error.pkl")))
+        return f"{info['type'].rpartition('.')[2]}: {info['message']}"
+    except Exception as exc:
+        return f"the cell raised an exception ({exc})"
+
+
+def _death(wait_status: int) -> str:
+    if os.WIFSIGNALED(wait_status):
+        sig = os.WTERMSIG(wait_status)
+        hint = " (out of memory?)" if sig == signal.SIGKILL else ""
+        return f"the cell's process was killed by signal {signal.Signals(sig).name}{hint}"
+    return f"the cell's process exited with code {os.WEXITSTATUS(wait_status)} without a result"
+
+
+def _pin_cpus() -> None:
+    cpus = os.environ.get(ENV_CPUS)
+    if cpus and hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+        except OSError as exc:
+            print(f"nbburst agent: could not pin CPUs {cpus}: {exc}", file=sys.stderr)
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m nbburst.agent JOB_URL", file=sys.stderr)
+        return 2
+    root, job_id = split_job_url(argv[0])
+    store = open_store(root)
+    layout = JobLayout(job_id)
+    ident = Identity()
+    try:
+        spec = load_spec(store, layout, ident.key)
+    except (NotFound, signing.SignatureError) as exc:
+        print(f"nbburst agent: cannot run job {job_id}: {exc}", file=sys.stderr)
+        return 3
+    if store.exists(layout.terminal):
+        return 0
+    agent = Agent(store, layout, spec, ident)
+    signal.signal(signal.SIGTERM, lambda *_: agent._stop_runner(State.PREEMPTED, "machine is shutting down"))
+    state = agent.run()
+    return 0 if state in (State.SUCCEEDED, State.CANCELLED) else 1

@@ -1,0 +1,227 @@
+"""What a cell reads and what it assigns, from its syntax tree.
+
+Inputs are the names the cell may read before it assigns them and that exist
+in the user namespace; outputs are the names it binds at top level. The rule
+for inputs errs on the side of sending a value: a name assigned only in a
+branch, or read inside a function body, still counts as read. Sending a value
+too many costs an upload; sending one too few would make the remote cell fail
+or, worse, silently read a stale value.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import symtable
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import CaptureError
+
+# IPython's history and helpers: never sent, never brought back.
+_HIDDEN = re.compile(r"^(_|__|___|_i|_ii|_iii|_i\d+|_\d+|_ih|_oh|_dh|In|Out|get_ipython|exit|quit|display)$")
+
+
+@dataclass
+class CellAnalysis:
+    reads: list[str]
+    assigns: list[str]
+    deletes: list[str]
+    last_expr: bool
+
+
+def analyse(code: str) -> CellAnalysis:
+    """Names read before assignment, names bound, names deleted (in source order)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as exc:
+        raise CaptureError(f"the cell has a syntax error on line {exc.lineno}: {exc.msg}") from None
+    reads: dict[str, None] = {}
+    _scan(tree.body, set(), reads)
+    table = symtable.symtable(code, "<cell>", "exec")
+    for name in _nested_global_reads(table):
+        reads.setdefault(name)
+    assigns: dict[str, None] = {}
+    for sym in table.get_symbols():
+        if sym.is_assigned() or sym.is_imported():
+            assigns.setdefault(sym.get_name())
+    for child in _walk_tables(table):
+        for sym in child.get_symbols():
+            if sym.is_declared_global() and sym.is_assigned():
+                assigns.setdefault(sym.get_name())
+    ordered = [n for n in _names_in_order(tree) if n in assigns]
+    deletes = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Del)]
+    last_expr = bool(tree.body) and isinstance(tree.body[-1], ast.Expr)
+    return CellAnalysis(list(reads), ordered, sorted(set(deletes)), last_expr)
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
+           ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _loads(node: ast.AST | None, bound: set[str], reads: dict[str, None]) -> None:
+    """Loads evaluated in the cell's own scope; nested scopes are left to symtable."""
+    if node is None:
+        return
+    if isinstance(node, ast.Name):
+        if isinstance(node.ctx, (ast.Load, ast.Del)) and node.id not in bound:
+            reads.setdefault(node.id)
+        return
+    if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        _loads(node.generators[0].iter, bound, reads)  # evaluated in the enclosing scope
+        return
+    if isinstance(node, ast.Lambda):
+        for default in node.args.defaults + [d for d in node.args.kw_defaults if d]:
+            _loads(default, bound, reads)
+        return
+    for child in ast.iter_child_nodes(node):
+        _loads(child, bound, reads)
+
+
+def _targets(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _scan(body: list[ast.stmt], bound: set[str], reads: dict[str, None]) -> None:
+    """Walk statements in order; only straight-line bindings count as definite."""
+    for stmt in body:
+        if isinstance(stmt, (ast.For, ast.AsyncFor)):
+            _loads(stmt.iter, bound, reads)
+            _scan(stmt.body, bound | _targets(stmt.target), reads)
+            _scan(stmt.orelse, set(bound), reads)
+        elif isinstance(stmt, (ast.While, ast.If)):
+            _loads(stmt.test, bound, reads)
+            _scan(stmt.body, set(bound), reads)
+            _scan(stmt.orelse, set(bound), reads)
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            for item in stmt.items:
+                _loads(item.context_expr, bound, reads)
+                if item.optional_vars is not None:
+                    bound |= _targets(item.optional_vars)
+            _scan(stmt.body, bound, reads)
+        elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+            _scan(stmt.body, set(bound), reads)
+            for handler in stmt.handlers:
+                _loads(handler.type, bound, reads)
+                _scan(handler.body, bound | ({handler.name} if handler.name else set()), reads)
+            _scan(stmt.orelse, set(bound), reads)
+            _scan(stmt.finalbody, set(bound), reads)
+        elif isinstance(stmt, ast.Match):
+            _loads(stmt.subject, bound, reads)
+            for case in stmt.cases:
+                _loads(case.guard, bound, reads)
+                _scan(case.body, set(bound), reads)
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for node in stmt.decorator_list:
+                _loads(node, bound, reads)
+            if isinstance(stmt, ast.ClassDef):
+                for node in stmt.bases + [k.value for k in stmt.keywords]:
+                    _loads(node, bound, reads)
+            else:
+                for node in stmt.args.defaults + [d for d in stmt.args.kw_defaults if d]:
+                    _loads(node, bound, reads)
+            bound.add(stmt.name)
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in stmt.names}
+        elif isinstance(stmt, ast.AugAssign):
+            if isinstance(stmt.target, ast.Name) and stmt.target.id not in bound:
+                reads.setdefault(stmt.target.id)
+            _loads(stmt.value, bound, reads)
+            _loads(stmt.target, bound, reads)
+            bound |= _targets(stmt.target)
+        else:
+            _loads(stmt, bound, reads)
+            bound |= _targets(stmt)
+
+
+def _walk_tables(table: symtable.SymbolTable):
+    for child in table.get_children():
+        yield child
+        yield from _walk_tables(child)
+
+
+def _nested_global_reads(table: symtable.SymbolTable) -> list[str]:
+    """Free names read inside functions, lambdas, classes and comprehensions."""
+    names = []
+    for child in _walk_tables(table):
+        for sym in child.get_symbols():
+            if sym.is_referenced() and (sym.is_global() or sym.is_declared_global()) and not sym.is_local():
+                names.append(sym.get_name())
+            elif child.get_type() == "class" and sym.is_referenced() and not sym.is_assigned():
+                names.append(sym.get_name())
+    return names
+
+
+def _names_in_order(tree: ast.AST) -> list[str]:
+    seen: dict[str, None] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            seen.setdefault(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            seen.setdefault(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                seen.setdefault((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, ast.Global):
+            for name in node.names:
+                seen.setdefault(name)
+    return list(seen)
+
+
+@dataclass
+class Capture:
+    """What will be sent: modules by reference, everything else by value."""
+
+    modules: dict[str, str] = field(default_factory=dict)  # name -> module name
+    values: dict[str, Any] = field(default_factory=dict)  # name -> object
+    outputs: list[str] = field(default_factory=list)
+    deletes: list[str] = field(default_factory=list)
+
+
+def capture(code: str, namespace: dict[str, Any], out: list[str] | None = None,
+            hidden: set[str] | frozenset[str] = frozenset()) -> Capture:
+    """Pick the inputs of ``code`` from ``namespace`` and the outputs to bring back."""
+    analysis = analyse(code)
+    result = Capture()
+    for name in analysis.reads:
+        if name not in namespace or _HIDDEN.match(name) or name in hidden:
+            continue
+        value = namespace[name]
+        if isinstance(value, types.ModuleType):
+            result.modules[name] = value.__name__
+        else:
+            result.values[name] = value
+    outputs = [n for n in analysis.assigns if not _HIDDEN.match(n)]
+    if out is not None:
+        result.outputs = list(out)
+    else:
+        result.outputs = outputs
+    result.deletes = [n for n in analysis.deletes if n not in analysis.assigns]
+    return result
+
+
+def describe_type(value: Any) -> str:
+    t = type(value)
+    return t.__qualname__ if t.__module__ in ("builtins", "__main__") else f"{t.__module__}.{t.__qualname__}"
+
+
+_FIXES = {
+    "lock": "create the lock inside the cell",
+    "TextIOWrapper": "open the file inside the cell, or send its path (and --files PATH) instead",
+    "BufferedReader": "open the file inside the cell, or send its path (and --files PATH) instead",
+    "BufferedWriter": "open the file inside the cell, or send its path (and --files PATH) instead",
+    "generator": "turn it into a list (list(gen)) before the cell, or create the generator inside the cell",
+    "Connection": "open the connection inside the cell (a connection cannot move between machines)",
+    "socket": "open the socket inside the cell",
+}
+
+
+def unpicklable_message(name: str, value: Any, exc: BaseException) -> str:
+    kind = describe_type(value)
+    fix = next((hint for key, hint in _FIXES.items() if key.lower() in kind.lower()), None)
+    fix = fix or "create it inside the cell, or make it picklable"
+    return (
+        f"variable {name!r} ({kind}) cannot be sent to the machine: {exc}. "
+        f"Fix: {fix}. Nothing was launched."
+    )

@@ -1,0 +1,504 @@
+"""The client API: ``Burst`` (a configured session) and ``Job`` (a handle on one job).
+
+Every front end (magic, widgets, CLI, server) goes through here; nothing here
+knows about front ends. A Job is just a job id and a Store: all its state is
+read from the Store, which is why a restarted kernel, the CLI and the Jupyter
+server all see the same jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import linecache
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import __version__, config, payload, signing
+from .capture import Capture, unpicklable_message
+from .env import manifest
+from .errors import CaptureError, JobCancelled, JobFailed, JobNotFound, RemoteError, UsageError
+from .job import (
+    STALE_AFTER_SECONDS,
+    JobLayout,
+    JobSpec,
+    State,
+    Status,
+    Terminal,
+    blob_key,
+    decode_records,
+    jobs_prefix,
+    new_job_id,
+    valid_job_id,
+)
+from .machines import Machines, open_machines
+from .machines.base import GONE, STOPPED, machine_name
+from .options import Options
+from .store import AlreadyExists, NotFound, Store, open_store
+
+# fingerprint of exact bytes -> SHA-256 address, per store: saves re-hashing unchanged data.
+_ADDRESS_CACHE: dict[tuple[str, str], str] = {}
+
+
+class Burst:
+    """A configured session: settings, the Store, the machines and the key ring."""
+
+    def __init__(self, settings: config.NBBurst | None = None):
+        self.settings = settings or config.load()
+        self._stores: dict[str, Store] = {}
+        self._machines: dict[str, Machines] = {}
+        self.keyring = signing.KeyRing(config.state_dir(self.settings) / "keys")
+
+    # -- ports ----------------------------------------------------------------
+    def store_for(self, backend: str | None = None) -> Store:
+        url = config.store_url(self.settings, backend)
+        if url not in self._stores:
+            self._stores[url] = open_store(url)
+        return self._stores[url]
+
+    @property
+    def store(self) -> Store:
+        return self.store_for()
+
+    def machines(self, backend: str | None = None) -> Machines:
+        backend = backend or self.settings.backend
+        if backend not in self._machines:
+            self._machines[backend] = open_machines(backend, self.settings)
+        return self._machines[backend]
+
+    def options(self, **kwargs: Any) -> Options:
+        """Options with the configured defaults filled in."""
+        kwargs.setdefault("backend", self.settings.backend)
+        kwargs.setdefault("timeout", self.settings.timeout)
+        kwargs.setdefault("max_restarts", self.settings.max_restarts)
+        return Options.build(**kwargs)
+
+    # -- submission -------------------------------------------------------------
+    def submit_cell(self, code: str, cap: Capture, options: Options) -> Job:
+        """Submit an (IPython-transformed) cell whose inputs were captured."""
+        return self._submit("cell", code, cap.values, cap.modules, options, cap.outputs, cap.deletes)
+
+    def submit(self, fn: Callable[..., Any], *args: Any, options: Options | None = None, **kwargs: Any) -> Job:
+        """Run ``fn(*args, **kwargs)`` on a machine; ``Job.result()`` is its return value."""
+        if not callable(fn):
+            raise UsageError(f"submit() needs a function, got {type(fn).__name__}")
+        values = {"__fn__": fn, "__args__": args, "__kwargs__": kwargs}
+        return self._submit("call", "", values, {}, options or self.options(), None, [])
+
+    def _submit(self, kind: str, code: str, values: dict[str, Any], modules: dict[str, str], options: Options,
+                outputs: list[str] | None, deletes: list[str]) -> Job:
+        machines = self.machines(options.backend)
+        plan = machines.plan(options.resources)  # refuses what the backend cannot do, before anything else
+        encoded = _encode_all(values)
+        files = _check_files(options.files)
+        store = self.store_for(options.backend)
+        if options.name and self._find_by_name(store, options.name, running_only=True):
+            raise UsageError(f"--name: a job called {options.name!r} is still running; pick another name")
+        job_id = new_job_id()
+        layout = JobLayout(job_id)
+        key = self.keyring.create(job_id)
+        try:
+            spec = self._write_job(store, layout, key, kind, code, encoded, modules, files, options, outputs,
+                                   deletes, plan.to_dict())
+        except BaseException:
+            store.delete_prefix(layout.prefix)  # no half-written job
+            self.keyring.delete(job_id)
+            raise
+        job = Job(self, job_id, store, spec)
+        job._launch(attempt=1)
+        return job
+
+    def _write_job(self, store: Store, layout: JobLayout, key: bytes, kind: str, code: str,
+                   encoded: dict[str, payload.Encoded], modules: dict[str, str], files: dict[str, Path],
+                   options: Options, outputs: list[str] | None, deletes: list[str],
+                   plan: dict[str, Any]) -> JobSpec:
+        digests: dict[str, str] = {}
+
+        def put(name: str, data: bytes) -> None:
+            digests[name] = payload.digest_bytes(data)
+            store.put(layout.key(name), data)
+
+        manifest_values = {name: upload_blob(store, enc) for name, enc in encoded.items()}
+        put("code.py", code.encode())
+        put("inputs.json", json.dumps({"modules": modules, "values": manifest_values}, indent=1).encode())
+        put("env.json", json.dumps(manifest(), indent=1).encode())
+        if files:
+            put("files.json", json.dumps({rel: upload_file(store, path) for rel, path in files.items()}).encode())
+        spec = JobSpec(
+            job_id=layout.job_id, name=options.name or layout.job_id, backend=options.backend, kind=kind,
+            resources=options.resources, timeout_s=options.timeout_s, max_restarts=options.max_restarts,
+            outputs=outputs, deleted=deletes, files=sorted(files), owner=config.owner(self.settings),
+            client_version=__version__, python=manifest()["python"], digests=digests, plan=plan,
+        )
+        spec.signature = signing.sign_text(key, spec.signed_payload())
+        store.create(layout.spec, spec.to_json())  # written last: now the job exists
+        return spec
+
+    # -- lookup -----------------------------------------------------------------
+    def job(self, ref: str) -> Job:
+        """A job by id or by name (the newest of that name)."""
+        store = self.store
+        if valid_job_id(ref) and store.exists(JobLayout(ref).spec):
+            return Job(self, ref, store)
+        found = self._find_by_name(store, ref)
+        if found is None:
+            raise JobNotFound(f"no job with id or name {ref!r} in {store.url}; `%burst jobs` lists them")
+        return found
+
+    def _find_by_name(self, store: Store, name: str, running_only: bool = False) -> Job | None:
+        for job in self.jobs(store=store):
+            if job.spec.name == name and (not running_only or not job.state.terminal):
+                return job
+        return None
+
+    def jobs(self, store: Store | None = None) -> list[Job]:
+        """All jobs in the Store, newest first."""
+        store = store or self.store
+        out = []
+        for job_id in sorted(store.list_dirs(jobs_prefix()), reverse=True):
+            if valid_job_id(job_id) and store.exists(JobLayout(job_id).spec):
+                out.append(Job(self, job_id, store))
+        return out
+
+
+def _encode_all(values: dict[str, Any]) -> dict[str, payload.Encoded]:
+    encoded = {}
+    for name, value in values.items():
+        try:
+            encoded[name] = payload.encode(value)
+        except Exception as exc:
+            shown = "a function argument" if name.startswith("__") else name
+            raise CaptureError(unpicklable_message(shown, value, exc)) from None
+    return encoded
+
+
+def _check_files(paths: list[str]) -> dict[str, Path]:
+    files = {}
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if not path.is_file():
+            raise UsageError(f"--files: {raw!r} is not a file (folders: pass each file, or archive them)")
+        rel = raw if not os.path.isabs(raw) and ".." not in Path(raw).parts else path.name
+        files[rel] = path
+    return files
+
+
+def upload_blob(store: Store, enc: payload.Encoded) -> str:
+    """Upload ``enc`` as a content-addressed blob unless the Store already has it."""
+    fp = payload.fingerprint(enc.parts)
+    address = _ADDRESS_CACHE.get((store.url, fp))
+    if address is None:
+        address = payload.digest(enc.parts)
+    if not store.exists(blob_key(address)):
+        try:
+            store.put_chunks(blob_key(address), enc.chunks(), create=True)
+        except AlreadyExists:
+            pass  # uploaded concurrently by another job: same bytes
+    _ADDRESS_CACHE[(store.url, fp)] = address
+    return address
+
+
+def upload_file(store: Store, path: Path) -> str:
+    data = path.read_bytes()
+    address = payload.digest_bytes(data)
+    if not store.exists(blob_key(address)):
+        try:
+            store.create(blob_key(address), data)
+        except AlreadyExists:
+            pass
+    return address
+
+
+@dataclass
+class CellResult:
+    """What a cell sent back: the variables it assigned and its last expression."""
+
+    values: dict[str, Any]
+    deleted: list[str] = field(default_factory=list)
+    has_last: bool = False
+    last: Any = None
+    last_bundle: tuple[dict[str, Any], dict[str, Any]] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+class Job:
+    """A handle on one job; cheap to create, everything is read from the Store."""
+
+    def __init__(self, burst: Burst, job_id: str, store: Store, spec: JobSpec | None = None):
+        self.burst, self.id, self.store = burst, job_id, store
+        self.layout = JobLayout(job_id)
+        self._spec = spec
+
+    def __repr__(self) -> str:
+        return f"<nbburst.Job {self.spec.name} {self.id} {self.state.value}>"
+
+    @property
+    def spec(self) -> JobSpec:
+        if self._spec is None:
+            try:
+                self._spec = JobSpec.from_json(self.store.get(self.layout.spec))
+            except NotFound:
+                raise JobNotFound(f"job {self.id} does not exist in {self.store.url}") from None
+        return self._spec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def url(self) -> str:
+        return f"{self.store.url}/jobs/{self.id}"
+
+    @property
+    def machines(self) -> Machines:
+        return self.burst.machines(self.spec.backend)
+
+    # -- state --------------------------------------------------------------------
+    def terminal(self) -> Terminal | None:
+        try:
+            return Terminal.from_json(self.store.get(self.layout.terminal))
+        except NotFound:
+            return None
+
+    def statuses(self) -> list[Status]:
+        return [Status.from_json(self.store.get(k)) for k in self.store.list(self.layout.status_prefix)]
+
+    def latest_status(self) -> Status | None:
+        keys = self.store.list(self.layout.status_prefix)
+        if not keys:
+            return None
+        try:
+            return Status.from_json(self.store.get(keys[-1]))
+        except NotFound:
+            return None
+
+    @property
+    def attempt(self) -> int:
+        status = self.latest_status()
+        return status.attempt if status else 0
+
+    @property
+    def state(self) -> State:
+        return self._derive_state()[0]
+
+    @property
+    def status(self) -> State:
+        """The job's state (``SUBMITTED`` ... ``SUCCEEDED``); an alias of :attr:`state`."""
+        return self.state
+
+    def _derive_state(self) -> tuple[State, Status | None, Terminal | None]:
+        terminal = self.terminal()
+        status = self.latest_status()
+        if terminal is not None:
+            return terminal.state, status, terminal
+        if status is None:
+            return State.SUBMITTED, None, None
+        if status.state in (State.PROVISIONING, State.RUNNING) and time.time() - status.heartbeat > STALE_AFTER_SECONDS:
+            if self.machines.describe(status.machine or machine_name(self.id)).state in (GONE, STOPPED):
+                return State.PREEMPTED, status, None  # a machine that vanished without a verdict
+        return status.state, status, None
+
+    # -- launching ------------------------------------------------------------------
+    def key(self) -> bytes:
+        return self.burst.keyring.get(self.id)
+
+    def _launch(self, attempt: int) -> None:
+        """Claim ``attempt`` (create-only, so two supervisors never both launch it) and start it."""
+        name = machine_name(self.id)
+        claim = Status(attempt=attempt, state=State.PROVISIONING, machine=name,
+                       message=f"starting {self.spec.plan.get('machine_type', 'machine')}")
+        self.store.create(self.layout.status(attempt), claim.to_json())
+        try:
+            if attempt == 1:
+                self.machines.launch(self.spec, self.url, self.key(), attempt)
+            else:
+                self.machines.restart(name, self.spec, self.url, self.key(), attempt)
+        except Exception as exc:
+            reason = f"could not start the machine: {exc}"
+            self._commit(State.FAILED, reason, by="client")
+            raise JobFailed(reason) from exc
+
+    def _commit(self, state: State, reason: str, by: str) -> State:
+        try:
+            self.store.create(self.layout.terminal, Terminal(state, reason, self.attempt, by=by).to_json())
+            return state
+        except AlreadyExists:
+            return self.terminal().state  # type: ignore[union-attr]
+
+    def supervise(self) -> State:
+        """Relaunch the job if its machine vanished without a verdict (preemption)."""
+        state, status, _ = self._derive_state()
+        if state != State.PREEMPTED or status is None:
+            return state
+        if self.machines.describe(status.machine or machine_name(self.id)).state not in (GONE, STOPPED):
+            return state  # still shutting down
+        if status.attempt > self.spec.max_restarts:
+            return self._commit(State.FAILED, f"preempted {status.attempt} times; gave up after "
+                                f"--max-restarts {self.spec.max_restarts}", by="supervisor")
+        try:
+            self._launch(status.attempt + 1)
+        except AlreadyExists:
+            pass  # another supervisor relaunched it
+        return State.PROVISIONING
+
+    # -- waiting and output -------------------------------------------------------------
+    def tail(self) -> LogTail:
+        return LogTail(self.store, self.layout)
+
+    def wait(self, timeout: float | None = None, on_record: Callable[[dict[str, Any]], None] | None = None,
+             supervise: bool = True) -> State:
+        """Block until the job ends, streaming log records to ``on_record``; returns the final state."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        tail = self.tail()
+        delay = 0.005
+        while True:
+            got = False
+            for record in tail.poll():
+                got = True
+                if on_record:
+                    on_record(record)
+            state = self.supervise() if supervise else self.state
+            if state.terminal:
+                for record in tail.poll():
+                    if on_record:
+                        on_record(record)
+                return state
+            if deadline is not None and time.monotonic() > deadline:
+                return state
+            delay = 0.005 if got else min(delay * 2, self.burst.settings.poll_interval)
+            time.sleep(delay)
+
+    def logs(self, attempt: int | None = None) -> str:
+        """The job's output as text (all attempts, or one)."""
+        return "".join(render_text(r) for r in self.tail().records(attempt))
+
+    def cancel(self, wait_s: float = 15.0) -> State:
+        """Stop the job: the machine is deleted and the state is CANCELLED, unless it already ended."""
+        if self.terminal():
+            return self.terminal().state  # type: ignore[union-attr]
+        try:
+            self.store.create(self.layout.cancel, json.dumps({"at": time.time()}).encode())
+        except AlreadyExists:
+            pass
+        end = time.monotonic() + wait_s
+        while time.monotonic() < end and self.terminal() is None:
+            status = self.latest_status()
+            if status is None or self.machines.describe(status.machine or machine_name(self.id)).state in (
+                    GONE, STOPPED):
+                break
+            time.sleep(0.1)
+        state = self._commit(State.CANCELLED, "cancelled by the user", by="client")
+        self.machines.delete(machine_name(self.id))
+        return state
+
+    def preempt(self, grace_s: float = 3.0) -> None:
+        """Simulate an eviction of the job's machine (fault injection)."""
+        status = self.latest_status()
+        self.machines.preempt(status.machine if status else machine_name(self.id), grace_s)
+
+    # -- results --------------------------------------------------------------------------
+    def outcome(self) -> CellResult:
+        """The cell's result, or raise its exception; the job must have ended."""
+        state = self.state
+        if state == State.SUCCEEDED:
+            data = signing.verify(self.key(), self.store.get(self.layout.result), f"result of job {self.id}")
+            return CellResult(**payload.decode(bytearray(data)))
+        if not state.terminal:
+            raise JobFailed(f"job {self.id} has not finished (it is {state.value})", state.value)
+        if self.store.exists(self.layout.error) and state == State.FAILED:
+            raise_remote(self.remote_error())
+        reason = self.terminal().reason if self.terminal() else state.value  # type: ignore[union-attr]
+        if state == State.CANCELLED:
+            raise JobCancelled(f"job {self.id} was cancelled: {reason}")
+        raise JobFailed(f"job {self.id} failed: {reason}")
+
+    def remote_error(self) -> dict[str, Any]:
+        data = signing.verify(self.key(), self.store.get(self.layout.error), f"error of job {self.id}")
+        return payload.decode(bytearray(data))
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait, then return the value (``submit``) or the dict of variables (a cell)."""
+        state = self.wait(timeout)
+        if not state.terminal:
+            raise TimeoutError(f"job {self.id} is still {state.value} after {timeout} s")
+        outcome = self.outcome()
+        return outcome.last if self.spec.kind == "call" else outcome.values
+
+    def info(self) -> dict[str, Any]:
+        """A JSON-ready summary for tables, the REST API and the sidebar."""
+        state, status, terminal = self._derive_state()
+        plan = self.spec.plan or {}
+        started = next((s.started for s in self.statuses() if s.state != State.PROVISIONING), None) \
+            if status else None
+        ended = terminal.at if terminal else None
+        elapsed = max(0.0, (ended or time.time()) - (started or self.spec.created))
+        price = plan.get("price_per_hour") or 0.0
+        return {
+            "id": self.id, "name": self.spec.name, "state": state.value, "attempt": status.attempt if status else 0,
+            "backend": self.spec.backend, "kind": self.spec.kind,
+            "machine": {"type": plan.get("machine_type"), "cores": plan.get("cores"),
+                        "memory_gb": plan.get("memory_gb"), "gpu": plan.get("gpu"), "spot": plan.get("spot"),
+                        "zone": plan.get("zone")} if plan else None,
+            "created": self.spec.created, "started": started, "ended": ended, "elapsed_s": round(elapsed, 1),
+            "cost_usd": round(price * elapsed / 3600.0, 4), "cost_per_hour_usd": price,
+            "progress": status.progress if status else None,
+            "message": (terminal.reason if terminal else status.message if status else ""),
+        }
+
+
+def raise_remote(info: dict[str, Any]) -> None:
+    """Raise the remote exception here, with a traceback through the cell's own lines."""
+    __tracebackhide__ = True
+    filename, source = info.get("filename"), info.get("source") or []
+    if filename:
+        linecache.cache[filename] = (sum(map(len, source)), None, source, filename)
+    exc = info.get("exc")
+    if isinstance(exc, BaseException):
+        raise exc
+    raise RemoteError(info["type"], info["message"], info.get("traceback", ""))
+
+
+class LogTail:
+    """Reads a job's log chunks in order, each once, across attempts."""
+
+    def __init__(self, store: Store, layout: JobLayout):
+        self.store, self.layout = store, layout
+        self.seen: set[str] = set()
+
+    def _keys(self, attempt: int | None = None) -> list[str]:
+        prefix = self.layout.attempt_logs(attempt) if attempt else self.layout.logs_prefix
+        return self.store.list(prefix)
+
+    def poll(self) -> Iterator[dict[str, Any]]:
+        for key in self._keys():
+            if key in self.seen:
+                continue
+            self.seen.add(key)
+            attempt = int(key.split("/")[-2])
+            if key.endswith("/00000000") and attempt > 1:
+                yield {"s": "event", "x": f"--- attempt {attempt} ---\n", "attempt": attempt}
+            for record in decode_records(self.store.get(key)):
+                record["attempt"] = attempt
+                yield record
+
+    def records(self, attempt: int | None = None) -> list[dict[str, Any]]:
+        out = []
+        for key in self._keys(attempt):
+            out.extend(decode_records(self.store.get(key)))
+        return out
+
+
+def render_text(record: dict[str, Any]) -> str:
+    kind = record.get("s")
+    if kind in ("stdout", "stderr"):
+        return record.get("x", "")
+    if kind == "display":
+        mimes = ", ".join(sorted(record.get("data", {})))
+        return f"[display: {mimes}]\n"
+    if kind == "event":
+        text = record.get("x", "")
+        return text if text.endswith("\n") else text + "\n"
+    return ""

@@ -1,0 +1,187 @@
+"""Configuration: traitlets first, then ``NBBURST_*`` variables, then ``%burst config``.
+
+Per-cell flags come last and are not configuration: they live in
+:class:`nbburst.options.Options`. Every effective value remembers where it came
+from, because "why is it using that bucket?" is the first question a user asks.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from traitlets import Bool, Enum, Float, Int, Unicode
+from traitlets.config import Config, Configurable
+
+from .errors import UsageError
+from .options import BACKENDS, parse_duration
+
+ENV_PREFIX = "NBBURST_"
+METADATA_URL = "http://metadata.google.internal/computeMetadata/v1/"
+
+
+def _data_dir() -> str:
+    import platformdirs
+
+    return platformdirs.user_data_dir("nbburst", appauthor=False)
+
+
+class NBBurst(Configurable):
+    """Settings of nbburst, set with ``c.NBBurst.<name> = ...`` in a Jupyter or IPython config file."""
+
+    backend = Enum(list(BACKENDS), default_value="local", help="Where cells run: local or gce.").tag(config=True)
+    root = Unicode("", help="Store URL: a folder, file://..., or gs://bucket/prefix. "
+                   "Default: a folder in the user data dir (local), gs://BUCKET/nbburst (gce).").tag(config=True)
+    bucket = Unicode("", help="GCS bucket for the gce backend, when root is not set.").tag(config=True)
+    state_dir = Unicode("", help="Local folder for signing keys and local machines. "
+                        "Default: the user data dir.").tag(config=True)
+    project = Unicode("", help="Google Cloud project (default: from the metadata server or ADC).").tag(config=True)
+    zone = Unicode("", help="Compute Engine zone, or 'auto' to try the zones of the region.").tag(config=True)
+    service_account = Unicode("", help="Service account e-mail for VMs (default: the project's default).").tag(
+        config=True
+    )
+    image = Unicode("", help="VM image (projects/P/global/images/NAME).").tag(config=True)
+    image_family = Unicode("", help="VM image family, used when image is not set.").tag(config=True)
+    image_project = Unicode("", help="Project of image_family (default: project).").tag(config=True)
+    network = Unicode("", help="VPC network for VMs (default: default).").tag(config=True)
+    subnetwork = Unicode("", help="Subnetwork for VMs.").tag(config=True)
+    disk_gb = Int(50, help="Boot disk size of VMs in GB.").tag(config=True)
+    compute_endpoint = Unicode("", help="Compute Engine API endpoint (an emulator in tests).").tag(config=True)
+    timeout = Unicode("24h", help="Default hard time limit of a job (90s, 30m, 2h).").tag(config=True)
+    max_restarts = Int(10, help="How often a preempted job is relaunched before it fails.").tag(config=True)
+    fallback_on_demand = Bool(False, help="Relaunch on a standard VM when spot capacity is out.").tag(config=True)
+    owner = Unicode("", help="Owner label on machines (default: the user name).").tag(config=True)
+    poll_interval = Float(0.25, help="Seconds between status polls while a cell waits.").tag(config=True)
+
+    def __init__(self, **kwargs: Any):
+        self._sources: dict[str, str] = {}
+        super().__init__(**kwargs)
+
+
+TRAITS = [name for name in NBBurst.class_trait_names(config=True)]
+
+
+def _load_config_files() -> Config:
+    """``nbburst_config.py`` / ``.json`` from the Jupyter config path, like other Jupyter apps."""
+    try:
+        from jupyter_core.paths import jupyter_config_path
+        from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
+    except ImportError:
+        return Config()
+    merged = Config()
+    for folder in reversed(jupyter_config_path()):
+        for loader_cls, fname in ((PyFileConfigLoader, "nbburst_config.py"), (JSONFileConfigLoader, "nbburst_config.json")):
+            if os.path.exists(os.path.join(folder, fname)):
+                merged.merge(loader_cls(fname, path=folder).load_config())
+    return merged
+
+
+def _coerce(name: str, raw: str) -> Any:
+    trait = NBBurst.class_traits()[name]
+    try:
+        if isinstance(trait, Bool):
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if isinstance(trait, Int):
+            return int(raw)
+        if isinstance(trait, Float):
+            return float(raw)
+    except ValueError:
+        raise UsageError(f"{name}: {raw!r} is not a valid {type(trait).__name__.lower()}") from None
+    return raw
+
+
+def load(shell_config: Config | None = None, session: dict[str, Any] | None = None) -> NBBurst:
+    """The effective settings, each value tagged with its source (see :func:`describe`)."""
+    cfg = _load_config_files()
+    if shell_config is not None and "NBBurst" in shell_config:
+        cfg.merge(Config({"NBBurst": shell_config["NBBurst"]}))
+    settings = NBBurst(config=cfg)
+    for name in TRAITS:
+        if name in cfg.get("NBBurst", {}):
+            settings._sources[name] = "config file"
+    for name in TRAITS:
+        raw = os.environ.get(ENV_PREFIX + name.upper())
+        if raw is not None and raw != "":
+            setattr(settings, name, _coerce(name, raw))
+            settings._sources[name] = f"${ENV_PREFIX}{name.upper()}"
+    for name, value in (session or {}).items():
+        set_value(settings, name, value, "%burst config")
+    _check(settings)
+    return settings
+
+
+def set_value(settings: NBBurst, name: str, value: Any, source: str) -> None:
+    if name not in TRAITS:
+        raise UsageError(f"unknown setting {name!r}; known settings: {', '.join(sorted(TRAITS))}")
+    if isinstance(value, str):
+        value = _coerce(name, value)
+    try:
+        setattr(settings, name, value)
+    except Exception as exc:  # traitlets' TraitError has the detail
+        raise UsageError(f"{name}: {exc}") from None
+    settings._sources[name] = source
+    _check(settings)
+
+
+def _check(settings: NBBurst) -> None:
+    parse_duration(settings.timeout, "timeout")
+
+
+def describe(settings: NBBurst) -> dict[str, dict[str, Any]]:
+    """``{name: {"value": ..., "source": ...}}`` with defaults filled in."""
+    out = {}
+    for name in sorted(TRAITS):
+        out[name] = {"value": getattr(settings, name), "source": settings._sources.get(name, "default")}
+    out["root"]["value"] = store_url(settings)
+    out["state_dir"]["value"] = str(state_dir(settings))
+    out["owner"]["value"] = owner(settings)
+    return out
+
+
+def state_dir(settings: NBBurst) -> Path:
+    return Path(settings.state_dir or _data_dir()).expanduser()
+
+
+def owner(settings: NBBurst) -> str:
+    try:
+        return settings.owner or getpass.getuser()
+    except Exception:
+        return "unknown"
+
+
+def store_url(settings: NBBurst, backend: str | None = None) -> str:
+    """The Store root for ``backend``: a GCS bucket is needed once a machine is remote."""
+    if settings.root:
+        return settings.root
+    if (backend or settings.backend) == "gce":
+        if not settings.bucket:
+            raise UsageError(
+                "the gce backend needs a bucket: set c.NBBurst.bucket, $NBBURST_BUCKET, "
+                "or `%burst config bucket=NAME` (or a full root=gs://BUCKET/PREFIX)"
+            )
+        return f"gs://{settings.bucket}/nbburst"
+    return str(Path(_data_dir()) / "store")
+
+
+def metadata(path: str, timeout: float = 0.5) -> str | None:
+    """A value from the metadata server, or None off Google Cloud (one short try)."""
+    host = os.environ.get("GCE_METADATA_HOST")
+    base = f"http://{host}/computeMetadata/v1/" if host else METADATA_URL
+    req = urllib.request.Request(base + path, headers={"Metadata-Flavor": "Google"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.read().decode()
+    except Exception:
+        return None
+
+
+def to_json(settings: NBBurst) -> str:
+    return json.dumps(describe(settings), indent=1, default=str)

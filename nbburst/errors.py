@@ -1,0 +1,45 @@
+"""Exceptions users see. Each message says what is wrong and how to fix it."""
+
+from __future__ import annotations
+
+
+class BurstError(Exception):
+    """Base class of nbburst's own errors."""
+
+
+class UsageError(BurstError, ValueError):
+    """An option or argument is wrong; nothing was launched."""
+
+
+class CaptureError(BurstError):
+    """A value the cell needs cannot be sent to the machine; nothing was launched."""
+
+
+class UnsupportedOption(UsageError):
+    """The chosen backend cannot honour an option; nothing was launched."""
+
+
+class JobNotFound(BurstError, LookupError):
+    """No job with that id or name in the Store."""
+
+
+class JobFailed(BurstError):
+    """The job ended without a result (timeout, crash, lost machine, cancellation)."""
+
+    def __init__(self, message: str, state: str = "FAILED"):
+        super().__init__(message)
+        self.state = state
+
+
+class JobCancelled(JobFailed):
+    def __init__(self, message: str):
+        super().__init__(message, "CANCELLED")
+
+
+class RemoteError(BurstError):
+    """Stands in for a remote exception that could not be sent back as itself."""
+
+    def __init__(self, type_name: str, message: str, remote_traceback: str = ""):
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+        self.remote_traceback = remote_traceback

@@ -1,0 +1,234 @@
+"""The job protocol: what the client and the agent agree on, and nothing else.
+
+A job is a folder in the Store (see ``JobLayout``). The client writes the
+inputs, then ``spec.json`` last: its existence means the job exists. The agent
+writes per-attempt status and log chunks, the result or error (create-only),
+and finally ``terminal.json`` (create-only): the one commit point of the
+job's end, so a result and a cancellation can never both win.
+
+This module must stay importable without third-party packages: the agent
+imports it on a fresh machine before anything else is installed.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+import secrets
+import time
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+class State(str, enum.Enum):
+    SUBMITTED = "SUBMITTED"
+    PROVISIONING = "PROVISIONING"
+    RUNNING = "RUNNING"
+    PREEMPTED = "PREEMPTED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+    def __str__(self) -> str:
+        return self.value
+
+
+TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
+
+#: A heartbeat older than this means the agent is gone (crashed, preempted, killed).
+HEARTBEAT_SECONDS = 2.0
+STALE_AFTER_SECONDS = 15.0
+
+_ID_RE = re.compile(r"^[a-z][a-z0-9-]{2,40}$")
+
+
+def new_job_id() -> str:
+    """A sortable, DNS-safe id (it also names the machine): ``b20261121-172640-3fa2c1``."""
+    return time.strftime("b%Y%m%d-%H%M%S-", time.gmtime()) + secrets.token_hex(3)
+
+
+def valid_job_id(job_id: str) -> bool:
+    return bool(_ID_RE.match(job_id))
+
+
+class JobLayout:
+    """Keys of one job's objects, relative to the Store root."""
+
+    def __init__(self, job_id: str):
+        if not valid_job_id(job_id):
+            raise ValueError(f"not a job id: {job_id!r}")
+        self.job_id = job_id
+        self.prefix = f"jobs/{job_id}/"
+
+    def key(self, name: str) -> str:
+        return self.prefix + name
+
+    spec = property(lambda self: self.key("spec.json"))
+    code = property(lambda self: self.key("code.py"))
+    inputs = property(lambda self: self.key("inputs.json"))
+    env = property(lambda self: self.key("env.json"))
+    dist = property(lambda self: self.key("dist/"))
+    result = property(lambda self: self.key("result.pkl"))
+    error = property(lambda self: self.key("error.pkl"))
+    terminal = property(lambda self: self.key("terminal.json"))
+    cancel = property(lambda self: self.key("cancel.json"))
+    lease = property(lambda self: self.key("lease.json"))
+    files = property(lambda self: self.key("files.json"))
+    checkpoints = property(lambda self: self.key("checkpoints/"))
+    outputs = property(lambda self: self.key("outputs/"))
+    status_prefix = property(lambda self: self.key("status/"))
+    logs_prefix = property(lambda self: self.key("logs/"))
+
+    def status(self, attempt: int) -> str:
+        return self.key(f"status/{attempt:04d}.json")
+
+    def log_chunk(self, attempt: int, seq: int) -> str:
+        return self.key(f"logs/{attempt:04d}/{seq:08d}")
+
+    def attempt_logs(self, attempt: int) -> str:
+        return self.key(f"logs/{attempt:04d}/")
+
+
+def blob_key(digest: str) -> str:
+    return f"blobs/{digest}"
+
+
+def jobs_prefix() -> str:
+    return "jobs/"
+
+
+@dataclass
+class Resources:
+    """What the user asked for; the Machines adapter turns it into a machine."""
+
+    cores: int | None = None
+    memory_gb: float | None = None
+    machine_type: str | None = None
+    gpu: str | None = None
+    gpu_count: int = 0
+    on_demand: bool = False
+    zone: str | None = None
+    image: str | None = None
+    image_family: str | None = None
+    workers: int | None = None
+
+
+@dataclass
+class JobSpec:
+    """Everything needed to run the job, written last (its existence = the job exists).
+
+    ``digests`` pins the sha256 of code.py, inputs.json and env.json, and
+    ``signature`` is an HMAC over the rest of the spec under the per-job key,
+    so the agent can prove that nothing it is about to execute was altered.
+    """
+
+    job_id: str
+    name: str
+    backend: str
+    kind: str  # "cell" (a notebook cell) or "call" (nbburst.submit)
+    resources: Resources
+    timeout_s: float
+    max_restarts: int
+    outputs: list[str] | None  # names to send back; None = all assigned names
+    deleted: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    owner: str = ""
+    created: float = field(default_factory=time.time)
+    client_version: str = ""
+    python: str = ""
+    digests: dict[str, str] = field(default_factory=dict)
+    plan: dict[str, Any] = field(default_factory=dict)  # the machine the adapter chose, and why
+    signature: str = ""
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True, indent=1).encode()
+
+    def signed_payload(self) -> bytes:
+        data = asdict(self)
+        data.pop("signature")
+        return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> JobSpec:
+        data = json.loads(raw)
+        data["resources"] = Resources(**data.get("resources", {}))
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class Status:
+    """One attempt's state, rewritten by the agent at every heartbeat."""
+
+    attempt: int
+    state: State
+    heartbeat: float = field(default_factory=time.time)
+    started: float = field(default_factory=time.time)
+    machine: str = ""
+    message: str = ""
+    progress: dict[str, Any] | None = None  # {"done": n, "total": m, "desc": str}
+
+    def to_json(self) -> bytes:
+        data = asdict(self)
+        data["state"] = self.state.value
+        return json.dumps(data).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Status:
+        data = json.loads(raw)
+        data["state"] = State(data["state"])
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class Terminal:
+    """The job's end, written once (create-only) by whoever ends it."""
+
+    state: State
+    reason: str = ""
+    attempt: int = 0
+    at: float = field(default_factory=time.time)
+    by: str = "agent"
+    cost: dict[str, Any] | None = None
+
+    def to_json(self) -> bytes:
+        data = asdict(self)
+        data["state"] = self.state.value
+        return json.dumps(data).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Terminal:
+        data = json.loads(raw)
+        data["state"] = State(data["state"])
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# Log records. A chunk is UTF-8 JSON lines, one record a line:
+#   {"t": 1.0, "s": "stdout"|"stderr", "x": "text"}
+#   {"t": 1.0, "s": "display", "data": {mime: ...}, "metadata": {...}}
+#   {"t": 1.0, "s": "event", "x": "attempt 2 started on ..."}
+LOG_STREAMS = ("stdout", "stderr", "display", "event")
+
+
+def encode_records(records: list[dict[str, Any]]) -> bytes:
+    return b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in records)
+
+
+def decode_records(raw: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in raw.splitlines() if line.strip()]
+
+
+# Environment passed to the agent process (local backend) or read from
+# instance metadata (Compute Engine): the key never enters the Store.
+ENV_JOB_KEY = "NBBURST_JOB_KEY"
+ENV_MACHINE = "NBBURST_MACHINE"
+ENV_ATTEMPT = "NBBURST_ATTEMPT"
+ENV_CPUS = "NBBURST_CPUS"
+ENV_WORKDIR = "NBBURST_WORKDIR"

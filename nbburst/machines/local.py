@@ -1,0 +1,197 @@
+"""LocalMachines: each machine is the agent in a process group of its own.
+
+A registry file per machine (pid, process start time, job) lets a restarted
+kernel, the CLI or the Jupyter server find and stop machines it did not
+start; the start time guards against a recycled pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from .. import config
+from ..errors import UnsupportedOption, UsageError
+from ..job import ENV_ATTEMPT, ENV_CPUS, ENV_JOB_KEY, ENV_MACHINE, JobSpec, Resources
+from .base import GONE, RUNNING, MachineInfo, Machines, Plan, machine_name
+
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "LOKY_MAX_CPU_COUNT")
+_GCE_ONLY = ("machine_type", "zone", "image", "image_family")
+
+
+def available_cpus() -> list[int]:
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+class LocalMachines(Machines):
+    backend = "local"
+
+    def __init__(self, settings: config.NBBurst):
+        self.settings = settings
+        self.folder = config.state_dir(settings) / "machines"
+
+    # -- planning -----------------------------------------------------------
+    def plan(self, resources: Resources) -> Plan:
+        for option in _GCE_ONLY:
+            if getattr(resources, option):
+                flag = "--" + option.replace("_", "-")
+                raise UnsupportedOption(f"{flag} applies to Compute Engine machines only; use --backend gce")
+        if resources.gpu:
+            raise UnsupportedOption("--gpu: the local backend has no GPUs; use --backend gce")
+        if resources.workers:
+            raise UnsupportedOption(
+                "--workers: scaling out over several machines (Dask) is not available on the local backend yet; "
+                "drop --workers, or use --cores for more processes on one machine"
+            )
+        cpus = available_cpus()
+        cores = resources.cores or len(cpus)
+        if cores > len(cpus):
+            raise UsageError(
+                f"--cores {cores}: this machine has only {len(cpus)} CPUs for the local backend; "
+                f"ask for at most {len(cpus)}, or use --backend gce for a bigger machine"
+            )
+        total_gb = psutil.virtual_memory().total / 2**30
+        if resources.memory_gb and resources.memory_gb > total_gb:
+            raise UsageError(
+                f"--memory {resources.memory_gb:g}: this machine has {total_gb:.1f} GB; "
+                "ask for less, or use --backend gce"
+            )
+        return Plan(machine_type="local", cores=cores, memory_gb=round(total_gb, 1), spot=False,
+                    reason=f"local process group pinned to {cores} of {len(cpus)} CPUs",
+                    price_per_hour=0.0, on_demand_price_per_hour=0.0, extra={"cpus": cpus[:cores]})
+
+    # -- lifecycle ----------------------------------------------------------
+    def _record(self, name: str) -> Path:
+        return self.folder / f"{name}.json"
+
+    def console_path(self, name: str) -> Path:
+        return self.folder / f"{name}.console"
+
+    def launch(self, spec: JobSpec, job_url: str, key: bytes, attempt: int) -> str:
+        name = machine_name(spec.job_id)
+        cpus = spec.plan.get("extra", {}).get("cpus") or available_cpus()[: spec.resources.cores or None]
+        env = dict(os.environ)
+        for var in THREAD_VARS:
+            env[var] = str(len(cpus))
+        env.update({ENV_JOB_KEY: key.hex(), ENV_MACHINE: name, ENV_ATTEMPT: str(attempt),
+                    ENV_CPUS: ",".join(map(str, cpus)), "PYTHONUNBUFFERED": "1"})
+        env.pop("MPLBACKEND", None)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        console = open(self.console_path(name), "ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nbburst.agent", job_url],
+            env=env, stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
+            start_new_session=True, close_fds=True, cwd=str(self.folder),
+        )
+        console.close()
+        # Reap the child when it exits so it never lingers as a zombie in the kernel.
+        threading.Thread(target=proc.wait, daemon=True, name=f"reap-{name}").start()
+        started = psutil.Process(proc.pid).create_time()
+        self._record(name).write_text(json.dumps({
+            "name": name, "job_id": spec.job_id, "pid": proc.pid, "started": started,
+            "attempt": attempt, "created": time.time(), "cores": len(cpus),
+        }))
+        return name
+
+    def restart(self, name: str, spec: JobSpec, job_url: str, key: bytes, attempt: int) -> str:
+        self.delete(name)
+        return self.launch(spec, job_url, key, attempt)
+
+    def _process(self, record: dict) -> psutil.Process | None:
+        try:
+            proc = psutil.Process(record["pid"])
+            if abs(proc.create_time() - record["started"]) > 0.01 or proc.status() == psutil.STATUS_ZOMBIE:
+                return None
+            return proc
+        except psutil.Error:
+            return None
+
+    def _load(self, name: str) -> dict | None:
+        try:
+            return json.loads(self._record(name).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def describe(self, name: str) -> MachineInfo:
+        record = self._load(name)
+        if record is None:
+            return MachineInfo(name=name, job_id="", state=GONE)
+        alive = self._process(record) is not None
+        return MachineInfo(name=name, job_id=record["job_id"], state=RUNNING if alive else GONE,
+                           attempt=record.get("attempt", 0), created=record.get("created", 0.0),
+                           detail=f"pid {record['pid']}", labels={"nbburst-job": record["job_id"]})
+
+    def _group(self, record: dict) -> list[psutil.Process]:
+        proc = self._process(record)
+        if proc is None:
+            return []
+        try:
+            return [proc, *proc.children(recursive=True)]
+        except psutil.Error:
+            return [proc]
+
+    def _signal_all(self, procs: list[psutil.Process], sig: int) -> None:
+        groups = set()
+        for p in procs:
+            try:
+                groups.add(os.getpgid(p.pid))
+            except OSError:
+                pass
+        for pgid in groups:
+            try:
+                os.killpg(pgid, sig)
+            except OSError:
+                pass
+
+    def delete(self, name: str) -> None:
+        record = self._load(name)
+        if record is None:
+            return
+        procs = self._group(record)
+        self._signal_all(procs, signal.SIGKILL)
+        psutil.wait_procs(procs, timeout=5)
+        self._record(name).unlink(missing_ok=True)
+
+    def preempt(self, name: str, grace_s: float) -> None:
+        record = self._load(name)
+        if record is None:
+            raise UsageError(f"machine {name} does not exist (the job is not running)")
+        procs = self._group(record)
+        self._signal_all(procs[:1], signal.SIGTERM)  # soft-off: the agent's group
+        _gone, alive = psutil.wait_procs(procs[:1], timeout=grace_s)
+        self._signal_all(procs, signal.SIGKILL)
+        psutil.wait_procs(procs, timeout=5)
+        self._record(name).unlink(missing_ok=True)
+
+    def list(self, job_id: str | None = None) -> list[MachineInfo]:
+        if not self.folder.is_dir():
+            return []
+        out = []
+        for path in sorted(self.folder.glob("*.json")):
+            info = self.describe(path.stem)
+            if info.state == GONE:
+                path.unlink(missing_ok=True)
+                continue
+            if job_id is None or info.job_id == job_id:
+                out.append(info)
+        return out
+
+    def console(self, name: str) -> str:
+        try:
+            return self.console_path(name).read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+

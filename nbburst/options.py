@@ -1,0 +1,155 @@
+"""Launch options shared by the magic, the Python API and the CLI.
+
+One parser for each value, so ``--timeout 2h``, ``timeout="2h"`` and
+``c.NBBurst.timeout = "2h"`` mean the same thing everywhere and fail with the
+same message.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .errors import UsageError
+from .job import Resources
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s|ms)?", re.I)
+_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, None: 1.0}
+BACKENDS = ("local", "gce")
+_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")
+
+
+def parse_duration(value: str | float | int, option: str = "--timeout") -> float:
+    """Seconds from ``90s``, ``30m``, ``2h``, ``1h30m``, ``1d`` or a number of seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        text = str(value).strip().lower()
+        pos, seconds = 0, 0.0
+        for m in _DURATION.finditer(text):
+            if m.start() != pos:
+                break
+            seconds += float(m.group(1)) * _UNITS[m.group(2)]
+            pos = m.end()
+        if not text or pos != len(text):
+            raise UsageError(f"{option}: {value!r} is not a duration; write it like 90s, 30m, 2h or 1h30m")
+    if seconds <= 0:
+        raise UsageError(f"{option}: the duration must be positive, got {value!r}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, s = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m {s:02d}s"
+    hours, m = divmod(minutes, 60)
+    return f"{hours}h {m:02d}m"
+
+
+def parse_gpu(value: str | None) -> tuple[str | None, int]:
+    """``nvidia-l4`` or ``nvidia-l4:2`` -> (type, count)."""
+    if not value:
+        return None, 0
+    name, _, count = value.partition(":")
+    name = name.strip().lower()
+    if not re.match(r"^[a-z0-9-]+$", name):
+        raise UsageError(f"--gpu: {value!r} is not a GPU type; write it like nvidia-l4 or nvidia-tesla-t4:2")
+    try:
+        n = int(count) if count else 1
+    except ValueError:
+        raise UsageError(f"--gpu: the count in {value!r} must be a whole number, e.g. nvidia-l4:2") from None
+    if n not in (1, 2, 4, 8, 16):
+        raise UsageError(f"--gpu: {n} GPUs cannot be attached; use 1, 2, 4, 8 or 16")
+    return name, n
+
+
+def parse_names(value: str | list[str] | tuple[str, ...] | None, option: str = "--out") -> list[str] | None:
+    if value is None:
+        return None
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = [n.strip() for n in items if n.strip()]
+    bad = [n for n in names if not n.isidentifier()]
+    if bad:
+        raise UsageError(f"{option}: {', '.join(map(repr, bad))} is not a Python variable name")
+    if not names:
+        raise UsageError(f"{option}: give at least one variable name, e.g. {option} model,scores")
+    return names
+
+
+@dataclass
+class Options:
+    """Everything a user can say about one launch."""
+
+    backend: str = "local"
+    name: str | None = None
+    resources: Resources = field(default_factory=Resources)
+    timeout_s: float = 24 * 3600.0
+    max_restarts: int = 10
+    detach: bool = False
+    out: list[str] | None = None
+    files: list[str] = field(default_factory=list)
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        backend: str = "local",
+        name: str | None = None,
+        cores: int | None = None,
+        memory: float | None = None,
+        machine_type: str | None = None,
+        gpu: str | None = None,
+        on_demand: bool = False,
+        zone: str | None = None,
+        image: str | None = None,
+        image_family: str | None = None,
+        timeout: str | float = "24h",
+        max_restarts: int = 10,
+        detach: bool = False,
+        out: str | list[str] | None = None,
+        files: list[str] | None = None,
+        workers: int | None = None,
+    ) -> Options:
+        """Validate every value; the first bad one raises :class:`UsageError` naming it."""
+        if backend not in BACKENDS:
+            raise UsageError(f"--backend: {backend!r} is not a backend; choose one of {', '.join(BACKENDS)}")
+        if name is not None and not _NAME.match(name):
+            raise UsageError(
+                f"--name: {name!r} is not a valid job name; use lowercase letters, digits and '-', "
+                "starting with a letter (at most 40 characters)"
+            )
+        if cores is not None and (not isinstance(cores, int) or cores < 1):
+            raise UsageError(f"--cores: must be a whole number of at least 1, got {cores!r}")
+        if memory is not None and memory <= 0:
+            raise UsageError(f"--memory: must be a positive number of GB, got {memory!r}")
+        if image and image_family:
+            raise UsageError("--image and --image-family exclude each other; give one of them")
+        if max_restarts < 0:
+            raise UsageError(f"--max-restarts: must be 0 or more, got {max_restarts}")
+        if workers is not None and workers < 1:
+            raise UsageError(f"--workers: must be at least 1, got {workers}")
+        gpu_type, gpu_count = parse_gpu(gpu)
+        return cls(
+            backend=backend,
+            name=name,
+            resources=Resources(
+                cores=cores,
+                memory_gb=memory,
+                machine_type=machine_type,
+                gpu=gpu_type,
+                gpu_count=gpu_count,
+                on_demand=on_demand,
+                zone=zone,
+                image=image,
+                image_family=image_family,
+                workers=workers,
+            ),
+            timeout_s=parse_duration(timeout),
+            max_restarts=max_restarts,
+            detach=detach,
+            out=parse_names(out),
+            files=list(files or []),
+        )

@@ -1,0 +1,152 @@
+"""Pickled values as content-addressed blobs.
+
+A value is pickled once with protocol 5 and out-of-band buffers, so a 1 GiB
+array is never copied into a bytes object: the blob is streamed to the Store
+straight from the array's memory. Its address is a SHA-256 tree hash over
+64 MiB chunks, computed on all cores; the signed ``inputs.json`` pins each
+address, which is what makes an unsigned blob safe to unpickle.
+
+Re-submitting unchanged data must not cost a SHA-256 pass, so the client keeps
+a cache from a fast non-cryptographic fingerprint (xxh3-128) of the exact
+bytes to the SHA-256 address. The fingerprint never leaves the process and is
+never trusted by the machine; it only saves the client from hashing again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import struct
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+MAGIC = b"NBBLOB1\n"
+TREE_CHUNK = 64 << 20
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max(2, os.cpu_count() or 2), thread_name_prefix="nbburst-hash")
+    return _POOL
+
+
+def _forget_pool() -> None:
+    """A forked child inherits the pool object but not its threads."""
+    global _POOL
+    _POOL = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _map(fn, chunks: list[memoryview]) -> list[bytes]:
+    return [fn(c) for c in chunks] if len(chunks) == 1 else list(_pool().map(fn, chunks))
+
+
+class BlobError(Exception):
+    """A blob is corrupt or does not match the address it was fetched by."""
+
+
+@dataclass
+class Encoded:
+    """A pickled value as a header plus zero-copy buffers, ready to stream."""
+
+    parts: list[memoryview]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
+
+    def chunks(self, size: int = 8 << 20) -> Iterator[memoryview]:
+        for part in self.parts:
+            for i in range(0, part.nbytes, size):
+                yield part[i:i + size]
+
+    def tobytes(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def encode(value: Any) -> Encoded:
+    """Pickle ``value`` (cloudpickle, protocol 5, buffers out of band)."""
+    import cloudpickle
+
+    buffers: list[pickle.PickleBuffer] = []
+    body = cloudpickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    views = [b.raw() for b in buffers]
+    header = MAGIC + struct.pack("<QQ", len(body), len(views)) + b"".join(
+        struct.pack("<Q", v.nbytes) for v in views
+    )
+    return Encoded([memoryview(header), memoryview(body), *views])
+
+
+def decode(data: bytes | bytearray | memoryview) -> Any:
+    """Unpickle a blob; buffers stay views into ``data`` (pass a bytearray for writable arrays)."""
+    view = memoryview(data)
+    if bytes(view[: len(MAGIC)]) != MAGIC:
+        raise BlobError("not an nbburst blob")
+    pos = len(MAGIC)
+    body_len, nbuf = struct.unpack_from("<QQ", view, pos)
+    pos += 16
+    sizes = struct.unpack_from(f"<{nbuf}Q", view, pos)
+    pos += 8 * nbuf
+    body = view[pos:pos + body_len]
+    pos += body_len
+    buffers = []
+    for size in sizes:
+        buffers.append(view[pos:pos + size])
+        pos += size
+    if pos != len(view):
+        raise BlobError("blob is truncated or has trailing bytes")
+    return pickle.loads(body, buffers=buffers)
+
+
+def _ranges(total: int) -> list[tuple[int, int]]:
+    return [(i, min(total, i + TREE_CHUNK)) for i in range(0, max(total, 1), TREE_CHUNK)]
+
+
+def _flat(parts: list[memoryview]) -> Iterator[memoryview]:
+    """The parts cut at TREE_CHUNK boundaries of the concatenated stream."""
+    offset = 0
+    pending: list[memoryview] = []
+    pending_len = 0
+    for part in parts:
+        part = part.cast("B") if part.format != "B" or part.ndim != 1 else part
+        i = 0
+        while i < part.nbytes:
+            take = min(part.nbytes - i, TREE_CHUNK - pending_len)
+            pending.append(part[i:i + take])
+            pending_len += take
+            i += take
+            if pending_len == TREE_CHUNK:
+                yield _join(pending)
+                offset += pending_len
+                pending, pending_len = [], 0
+    if pending or offset == 0:
+        yield _join(pending)
+
+
+def _join(views: list[memoryview]) -> memoryview:
+    return views[0] if len(views) == 1 else memoryview(b"".join(views))
+
+
+def digest(parts: list[memoryview]) -> str:
+    """SHA-256 tree hash: sha256 over the sha256 of each 64 MiB chunk."""
+    leaves = _map(lambda c: hashlib.sha256(c).digest(), list(_flat(parts)))
+    return hashlib.sha256(b"".join(leaves)).hexdigest()
+
+
+def digest_bytes(data: bytes | bytearray | memoryview) -> str:
+    return digest([memoryview(data)])
+
+
+def fingerprint(parts: list[memoryview]) -> str:
+    """Fast fingerprint of the exact bytes (xxh3-128 over chunks, all cores)."""
+    import xxhash
+
+    leaves = _map(xxhash.xxh3_128_digest, list(_flat(parts)))
+    return xxhash.xxh3_128_hexdigest(b"".join(leaves))

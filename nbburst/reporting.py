@@ -1,0 +1,17 @@
+"""``nbburst.progress(done, total)``: report progress from inside a burst cell.
+
+On the machine it feeds the job's status (and the notebook's progress bar);
+in a plain kernel it does nothing, so the same cell runs unchanged without
+``%%burst``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_channel: Any = None
+
+
+def progress(done: float, total: float | None = None, desc: str = "") -> None:
+    if _channel is not None:
+        _channel.progress(done, total, desc)

@@ -1,0 +1,96 @@
+"""HMAC-SHA256 signing of everything pickled that crosses the Store.
+
+Unpickling runs code, so a pickle from the Store is loaded only after its
+signature checks out under the per-job key. The key never enters the Store:
+the client keeps it in its key ring and hands it to the machine out of band
+(process environment locally, instance metadata on Compute Engine).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+
+MAGIC = b"NBBSIG1\n"
+_DIGEST = 32
+
+
+class SignatureError(Exception):
+    """A signed object is missing its signature or was altered."""
+
+
+def new_key() -> bytes:
+    return secrets.token_bytes(32)
+
+
+def mac(key: bytes, data: bytes | memoryview) -> bytes:
+    return hmac.new(key, data, hashlib.sha256).digest()
+
+
+def sign(key: bytes, data: bytes) -> bytes:
+    """Prefix ``data`` with a header and its HMAC."""
+    return MAGIC + mac(key, data) + data
+
+
+def verify(key: bytes, signed: bytes, what: str = "payload") -> bytes:
+    """Return the payload of ``signed``, or raise :class:`SignatureError`."""
+    if not signed.startswith(MAGIC) or len(signed) < len(MAGIC) + _DIGEST:
+        raise SignatureError(f"{what} is not signed by nbburst; refusing to load it")
+    view = memoryview(signed)
+    tag = bytes(view[len(MAGIC):len(MAGIC) + _DIGEST])
+    payload = view[len(MAGIC) + _DIGEST:]
+    if not hmac.compare_digest(tag, mac(key, payload)):
+        raise SignatureError(
+            f"{what} failed its signature check: it was altered in the store or signed with another "
+            "job's key; refusing to load it"
+        )
+    return bytes(payload)
+
+
+def sign_text(key: bytes, data: bytes) -> str:
+    return mac(key, data).hex()
+
+
+def verify_text(key: bytes, data: bytes, signature: str, what: str) -> None:
+    if not hmac.compare_digest(sign_text(key, data), signature or ""):
+        raise SignatureError(f"{what} failed its signature check; refusing to run it")
+
+
+class KeyRing:
+    """Per-job keys kept on the client's disk (mode 0600), never in the Store.
+
+    Keeping them on disk is what lets a restarted kernel, the CLI or the Jupyter
+    server verify a result later.
+    """
+
+    def __init__(self, folder: str | os.PathLike[str]):
+        self.folder = Path(folder)
+
+    def _path(self, job_id: str) -> Path:
+        return self.folder / f"{job_id}.key"
+
+    def create(self, job_id: str) -> bytes:
+        key = new_key()
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self._path(job_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key.hex().encode())
+        return key
+
+    def get(self, job_id: str) -> bytes:
+        try:
+            return bytes.fromhex(self._path(job_id).read_text().strip())
+        except FileNotFoundError:
+            raise SignatureError(
+                f"no signing key for job {job_id} in {self.folder}: it was submitted from another "
+                "machine or user, so its results cannot be verified here"
+            ) from None
+
+    def has(self, job_id: str) -> bool:
+        return self._path(job_id).exists()
+
+    def delete(self, job_id: str) -> None:
+        self._path(job_id).unlink(missing_ok=True)

@@ -1,0 +1,151 @@
+"""LocalStore: a folder as the Store, for the embedded local backend and tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from .base import AlreadyExists, NotFound, Store, StoreError
+
+
+class LocalStore(Store):
+    """Objects are files below ``root``.
+
+    Atomicity comes from the file system: ``put`` writes a temporary file and
+    renames it over the target; ``create`` hard-links the temporary file to
+    the target, which fails if the target exists, so exactly one writer wins.
+    """
+
+    def __init__(self, url: str | os.PathLike[str]):
+        text = os.fspath(url)
+        if text.startswith("file://"):
+            text = text[len("file://"):]
+        self.root = Path(text).expanduser().resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.url = str(self.root)
+
+    def _path(self, key: str) -> Path:
+        if not key or key.startswith("/") or ".." in key.split("/"):
+            raise StoreError(f"invalid store key {key!r}")
+        return self.root / key
+
+    def _write_temp(self, target: Path, chunks: Iterable[bytes | memoryview]) -> Path:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                for chunk in chunks:
+                    f.write(chunk)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        return Path(tmp)
+
+    def put_chunks(self, key: str, chunks: Iterable[bytes | memoryview], *, create: bool = False) -> None:
+        target = self._path(key)
+        tmp = self._write_temp(target, chunks)
+        try:
+            if create:
+                try:
+                    os.link(tmp, target)
+                except FileExistsError:
+                    raise AlreadyExists(f"{key} already exists in {self.url}") from None
+            else:
+                os.replace(tmp, target)
+        finally:
+            if tmp.exists():
+                os.unlink(tmp)
+
+    def put(self, key: str, data: bytes) -> None:
+        self.put_chunks(key, [data])
+
+    def create(self, key: str, data: bytes) -> None:
+        self.put_chunks(key, [data], create=True)
+
+    def put_file(self, key: str, path: str | Path, *, create: bool = False) -> None:
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        os.close(fd)
+        try:
+            shutil.copyfile(path, tmp)
+            if create:
+                try:
+                    os.link(tmp, target)
+                except FileExistsError:
+                    raise AlreadyExists(f"{key} already exists in {self.url}") from None
+            else:
+                os.replace(tmp, target)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise NotFound(f"{key} not found in {self.url}") from None
+
+    def get_range(self, key: str, start: int, end: int | None = None) -> bytes:
+        try:
+            with open(self._path(key), "rb") as f:
+                f.seek(start)
+                return f.read() if end is None else f.read(max(0, end - start))
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise NotFound(f"{key} not found in {self.url}") from None
+
+    def get_file(self, key: str, path: str | Path) -> None:
+        source = self._path(key)
+        if not source.is_file():
+            raise NotFound(f"{key} not found in {self.url}")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        os.close(fd)
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, path)
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def size(self, key: str) -> int:
+        try:
+            return self._path(key).stat().st_size
+        except FileNotFoundError:
+            raise NotFound(f"{key} not found in {self.url}") from None
+
+    def list(self, prefix: str) -> list[str]:
+        # Walk only the deepest folder the prefix names, not the whole root.
+        base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        start = self.root / base if base else self.root
+        if not start.is_dir():
+            return []
+        keys = []
+        for dirpath, _dirs, files in os.walk(start):
+            rel = os.path.relpath(dirpath, self.root)
+            rel = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            for name in files:
+                if name.startswith(".tmp-"):
+                    continue
+                key = rel + name
+                if key.startswith(prefix):
+                    keys.append(key)
+        return sorted(keys)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return
+        # Drop folders left empty, so listing stays cheap.
+        parent = path.parent
+        while parent != self.root:
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+            parent = parent.parent

@@ -1,0 +1,317 @@
+"""What the emulated Compute Engine offers: regions, zones, machine types, GPUs, images, quotas.
+
+The catalog is illustrative, shaped like the real one (names, sizes, which zone offers
+what), not an authoritative copy of Google's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from dataclasses import dataclass, field
+
+API_ROOT = "https://www.googleapis.com/compute/v1/"
+
+
+def link(project: str, *parts: str) -> str:
+    """Full resource URL, as Compute Engine writes it in selfLink, zone, targetLink..."""
+    return API_ROOT + "/".join(("projects", project) + parts)
+
+
+def rfc3339(ts: float | None = None) -> str:
+    """A timestamp in Compute's format, e.g. 2024-05-01T12:00:00.123+00:00."""
+    ts = time.time() if ts is None else ts
+    base = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts))
+    return f"{base}.{int(ts * 1000) % 1000:03d}+00:00"
+
+
+def stable_id(*parts: str, digits: int = 19) -> int:
+    """A numeric id derived from names (Compute ids are uint64 decimal strings)."""
+    h = int.from_bytes(hashlib.sha256("/".join(parts).encode()).digest()[:8], "big")
+    return 10 ** (digits - 1) + h % (9 * 10 ** (digits - 1))
+
+
+def project_number(project: str) -> int:
+    return stable_id("project", project, digits=12)
+
+
+REGION_ZONES: dict[str, list[str]] = {
+    "us-central1": ["us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"],
+    "us-east1": ["us-east1-b", "us-east1-c", "us-east1-d"],
+    "europe-west4": ["europe-west4-a", "europe-west4-b", "europe-west4-c"],
+}
+ZONE_REGION = {z: r for r, zones in REGION_ZONES.items() for z in zones}
+ALL_ZONES = frozenset(ZONE_REGION)
+
+
+@dataclass(frozen=True)
+class AcceleratorType:
+    name: str
+    description: str
+    max_cards: int
+    zones: frozenset[str]
+    quota: str  # regional quota metric (PREEMPTIBLE_ prefixed for spot)
+
+
+ACCELERATORS: dict[str, AcceleratorType] = {
+    a.name: a
+    for a in (
+        AcceleratorType(
+            "nvidia-tesla-t4", "NVIDIA T4", 4,
+            frozenset({"us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f",
+                       "us-east1-c", "us-east1-d", "europe-west4-b", "europe-west4-c"}),
+            "NVIDIA_T4_GPUS",
+        ),
+        AcceleratorType(
+            "nvidia-l4", "NVIDIA L4", 8,
+            frozenset({"us-central1-a", "us-central1-b", "us-central1-c", "us-east1-b", "us-east1-d",
+                       "europe-west4-a", "europe-west4-b", "europe-west4-c"}),
+            "NVIDIA_L4_GPUS",
+        ),
+        AcceleratorType(
+            "nvidia-tesla-a100", "NVIDIA A100 40GB", 16,
+            frozenset({"us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f", "us-east1-b",
+                       "europe-west4-a", "europe-west4-b"}),
+            "NVIDIA_A100_GPUS",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class MachineType:
+    name: str
+    cpus: int
+    memory_mb: int
+    shared_cpu: bool = False
+    accelerator: str | None = None  # built-in GPUs (a2, g2)
+    accelerator_count: int = 0
+
+    @property
+    def family(self) -> str:
+        return self.name.split("-")[0] if not self.name.startswith("custom-") else "n1"
+
+    @property
+    def accepts_guest_accelerators(self) -> bool:
+        """Only N1 takes attached GPUs; A2 and G2 come with theirs."""
+        return self.family == "n1"
+
+    def description(self) -> str:
+        gb = self.memory_mb / 1024
+        text = f"{self.cpus} vCPU{'s' if self.cpus > 1 else ''}, {gb:g} GB RAM"
+        if self.accelerator:
+            text += f", {self.accelerator_count} {ACCELERATORS[self.accelerator].description} GPU"
+        return text
+
+
+def _series(prefix: str, sizes, mb_per_cpu: int, **extra) -> list[MachineType]:
+    return [MachineType(f"{prefix}-{n}", n, n * mb_per_cpu, **extra) for n in sizes]
+
+
+MACHINE_TYPES: dict[str, MachineType] = {
+    m.name: m
+    for m in [
+        MachineType("e2-micro", 2, 1024, shared_cpu=True),
+        MachineType("e2-small", 2, 2048, shared_cpu=True),
+        MachineType("e2-medium", 2, 4096, shared_cpu=True),
+        *_series("e2-standard", (2, 4, 8, 16, 32), 4096),
+        *_series("e2-highmem", (2, 4, 8, 16), 8192),
+        *_series("e2-highcpu", (2, 4, 8, 16, 32), 1024),
+        *_series("n2-standard", (2, 4, 8, 16, 32, 48, 64, 80, 96, 128), 4096),
+        *_series("n2-highmem", (2, 4, 8, 16, 32, 48, 64, 80), 8192),
+        MachineType("n2-highmem-96", 96, 786432),
+        MachineType("n2-highmem-128", 128, 884736),
+        *_series("n2-highcpu", (2, 4, 8, 16, 32, 48, 64, 80, 96), 1024),
+        *_series("c2d-standard", (2, 4, 8, 16, 32, 56, 112), 4096),
+        *_series("c2d-highcpu", (2, 4, 8, 16, 32, 56, 112), 2048),
+        MachineType("n1-standard-1", 1, 3840),
+        *_series("n1-standard", (2, 4, 8, 16, 32, 64, 96), 3840),
+        *[
+            MachineType(f"g2-standard-{n}", n, gb * 1024, accelerator="nvidia-l4", accelerator_count=gpus)
+            for n, gb, gpus in ((4, 16, 1), (8, 32, 1), (12, 48, 1), (16, 64, 1), (24, 96, 2),
+                                (32, 128, 1), (48, 192, 4), (96, 384, 8))
+        ],
+        *[
+            MachineType(f"a2-highgpu-{g}g", 12 * g, 87040 * g, accelerator="nvidia-tesla-a100",
+                        accelerator_count=g)
+            for g in (1, 2, 4, 8)
+        ],
+    ]
+}
+
+# Zones that offer each family; families not listed are offered everywhere.
+FAMILY_ZONES: dict[str, frozenset[str]] = {
+    "g2": ACCELERATORS["nvidia-l4"].zones,
+    "a2": ACCELERATORS["nvidia-tesla-a100"].zones,
+    "c2d": ALL_ZONES - {"us-central1-f", "us-east1-c"},
+}
+
+# Regional per-family CPU quotas (E2 and N1 count only against CPUS).
+FAMILY_CPU_QUOTA = {"n2": "N2_CPUS", "c2d": "C2D_CPUS", "a2": "A2_CPUS"}
+
+_CUSTOM = re.compile(r"^(?:(n1|n2|e2|c2d)-)?custom-(\d+)-(\d+)(?:-ext)?$")
+
+
+def machine_type(zone: str, name: str) -> MachineType | None:
+    """The machine type `name` as offered in `zone`, or None if the zone does not offer it."""
+    if zone not in ALL_ZONES:
+        return None
+    m = MACHINE_TYPES.get(name)
+    if m is None:
+        cm = _CUSTOM.match(name)
+        if not cm:
+            return None
+        cpus, mem = int(cm.group(2)), int(cm.group(3))
+        if cpus < 1 or mem % 256 or mem < 256 * cpus:
+            return None
+        m = MachineType(name, cpus, mem)
+    if zone not in FAMILY_ZONES.get(m.family, ALL_ZONES):
+        return None
+    return m
+
+
+def machine_types(zone: str) -> list[MachineType]:
+    return [m for m in MACHINE_TYPES.values() if machine_type(zone, m.name)]
+
+
+def machine_type_json(project: str, zone: str, m: MachineType) -> dict:
+    out = {
+        "kind": "compute#machineType",
+        "id": str(stable_id("machineType", m.name, digits=7)),
+        "creationTimestamp": "1969-12-31T16:00:00.000-08:00",
+        "name": m.name,
+        "description": m.description(),
+        "guestCpus": m.cpus,
+        "memoryMb": m.memory_mb,
+        "imageSpaceGb": 0,
+        "maximumPersistentDisks": 16 if m.shared_cpu else 128,
+        "maximumPersistentDisksSizeGb": "263168",
+        "zone": zone,
+        "selfLink": link(project, "zones", zone, "machineTypes", m.name),
+        "isSharedCpu": m.shared_cpu,
+        "architecture": "X86_64",
+    }
+    if m.accelerator:
+        out["accelerators"] = [
+            {"guestAcceleratorType": m.accelerator, "guestAcceleratorCount": m.accelerator_count}
+        ]
+    return out
+
+
+def accelerator_json(project: str, zone: str, a: AcceleratorType) -> dict:
+    return {
+        "kind": "compute#acceleratorType",
+        "id": str(stable_id("acceleratorType", a.name, digits=5)),
+        "creationTimestamp": "1969-12-31T16:00:00.000-08:00",
+        "name": a.name,
+        "description": a.description,
+        "zone": link(project, "zones", zone),
+        "selfLink": link(project, "zones", zone, "acceleratorTypes", a.name),
+        "maximumCardsPerInstance": a.max_cards,
+    }
+
+
+def zone_json(project: str, zone: str) -> dict:
+    region = ZONE_REGION[zone]
+    return {
+        "kind": "compute#zone",
+        "id": str(stable_id("zone", zone, digits=4)),
+        "creationTimestamp": "1969-12-31T16:00:00.000-08:00",
+        "name": zone,
+        "description": zone,
+        "status": "UP",
+        "region": link(project, "regions", region),
+        "selfLink": link(project, "zones", zone),
+        "availableCpuPlatforms": ["Intel Cascade Lake", "Intel Ice Lake", "AMD Milan"],
+        "supportsPzs": False,
+    }
+
+
+# ---- quotas -------------------------------------------------------------------------------------
+
+DEFAULT_REGION_QUOTAS: dict[str, float] = {
+    "CPUS": 500,
+    # 0 means "no separate preemptible quota": spot usage then counts against CPUS, as on GCE.
+    "PREEMPTIBLE_CPUS": 0,
+    "N2_CPUS": 500,
+    "C2D_CPUS": 500,
+    "A2_CPUS": 96,
+    "INSTANCES": 1000,
+    "DISKS_TOTAL_GB": 102400,
+    "SSD_TOTAL_GB": 81920,
+    "NVIDIA_T4_GPUS": 4,
+    "PREEMPTIBLE_NVIDIA_T4_GPUS": 0,
+    "NVIDIA_L4_GPUS": 8,
+    "PREEMPTIBLE_NVIDIA_L4_GPUS": 0,
+    "NVIDIA_A100_GPUS": 8,
+    "PREEMPTIBLE_NVIDIA_A100_GPUS": 0,
+}
+DEFAULT_PROJECT_QUOTAS: dict[str, float] = {"CPUS_ALL_REGIONS": 1000, "GPUS_ALL_REGIONS": 8}
+
+
+def quota_demand(m: MachineType, accelerators: dict[str, int], spot: bool, disks: dict[str, int]) -> dict:
+    """Quota metrics (before the PREEMPTIBLE_ fallback) that one running instance uses."""
+    prefix = "PREEMPTIBLE_" if spot else ""
+    d: dict[str, float] = {"INSTANCES": 1, prefix + "CPUS": m.cpus, "CPUS_ALL_REGIONS": m.cpus}
+    if m.family in FAMILY_CPU_QUOTA:
+        d[FAMILY_CPU_QUOTA[m.family]] = m.cpus
+    gpus = dict(accelerators)
+    if m.accelerator:
+        gpus[m.accelerator] = gpus.get(m.accelerator, 0) + m.accelerator_count
+    for name, count in gpus.items():
+        metric = prefix + ACCELERATORS[name].quota
+        d[metric] = d.get(metric, 0) + count
+        d["GPUS_ALL_REGIONS"] = d.get("GPUS_ALL_REGIONS", 0) + count
+    for metric, gb in disks.items():
+        d[metric] = d.get(metric, 0) + gb
+    return d
+
+
+# ---- images -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Image:
+    project: str
+    name: str
+    family: str | None = None
+    disk_size_gb: int = 10
+    deprecated: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+    created: float = field(default_factory=time.time)
+
+    def json(self) -> dict:
+        out = {
+            "kind": "compute#image",
+            "id": str(stable_id("image", self.project, self.name)),
+            "creationTimestamp": rfc3339(self.created),
+            "name": self.name,
+            "description": f"{self.family or self.name} image",
+            "sourceType": "RAW",
+            "status": "READY",
+            "archiveSizeBytes": str(self.disk_size_gb * 2**28),
+            "diskSizeGb": str(self.disk_size_gb),
+            "selfLink": link(self.project, "global", "images", self.name),
+            "labels": dict(self.labels),
+            "architecture": "X86_64",
+            "storageLocations": ["us"],
+        }
+        if self.family:
+            out["family"] = self.family
+        if self.deprecated:
+            out["deprecated"] = {"state": "DEPRECATED"}
+        return out
+
+
+DEFAULT_IMAGE_PROJECT = "nbburst-images"
+DEFAULT_IMAGE_FAMILY = "nbburst-py311"
+
+
+def default_images() -> list[Image]:
+    t = time.time() - 86400
+    return [
+        Image(DEFAULT_IMAGE_PROJECT, "nbburst-py311-v1", DEFAULT_IMAGE_FAMILY, created=t),
+        Image("debian-cloud", "debian-12-bookworm-v20240110", "debian-12", created=t),
+        Image("ubuntu-os-cloud", "ubuntu-2204-jammy-v20240126", "ubuntu-2204-lts", created=t),
+    ]

@@ -1,0 +1,588 @@
+"""A local Compute Engine: the REST API subset nbburst calls, with instances that are real
+local processes, each beside its own metadata server.
+
+    with ComputeEmulator(base_dir, preemption_grace=2) as emu:
+        client = emu.client(compute_v1.InstancesClient)   # real client, anonymous credentials
+        ...
+        emu.preempt("my-vm")
+
+An instance is a folder (its disk) under ``base_dir/instances/PROJECT/ZONE/NAME/disk``. Each boot
+(insert, start) runs its ``startup-script`` metadata with bash, cwd = the disk, in a process
+group of its own, output appended to the serial console. Stop, delete, preemption, maintenance
+and ``maxRunDuration`` run the ``shutdown-script`` and SIGTERM the instance's processes (the
+soft-off signal), then SIGKILL whatever is left after the grace period. Scripts see
+``GCE_METADATA_HOST``/``GCE_METADATA_IP`` (their metadata server), ``NBBURST_COMPUTE_ENDPOINT``
+(this API) and ``NBBURST_EMULATOR_INSTANCE``; ``poweroff``, ``shutdown``, ``reboot`` and ``sudo``
+on their PATH act on the emulated machine, never on the host. The host's ``NBBURST_*``
+variables are not passed on (a real VM has none); pass extra ones with ``instance_env``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import logging
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from nbburst.testing import compute_catalog as cat
+from nbburst.testing.compute_instance import Instance, fingerprint, kill, reap, scan_processes, write_shims
+from nbburst.testing.compute_lifecycle import LifecycleMixin
+from nbburst.testing.compute_resources import (
+    ComputeError,
+    InstancePlan,
+    check_labels,
+    check_metadata_items,
+    get_image,
+    image_from_family,
+    not_found,
+    plan_instance,
+)
+from nbburst.testing.metadata_emulator import MetadataServer
+
+log = logging.getLogger("nbburst.testing")
+
+ACTIVE = ("PROVISIONING", "STAGING", "RUNNING", "STOPPING")
+
+
+class ComputeEmulator(LifecycleMixin):
+    """The emulated Compute Engine API on 127.0.0.1 (see the module docstring)."""
+
+    def __init__(self, base_dir: str | os.PathLike | None = None, *, port: int = 0,
+                 project: str = "nbburst-test", zone: str = "us-central1-a",
+                 preemption_grace: float = 30.0, stop_grace: float = 90.0,
+                 operation_delay: float = 0.2, maintenance_notice: float = 60.0,
+                 operation_wait_timeout: float = 120.0, images: list[cat.Image] | None = None,
+                 instance_env: dict[str, str] | None = None):
+        if zone not in cat.ZONE_REGION:
+            raise ValueError(f"unknown zone {zone!r}; known: {sorted(cat.ZONE_REGION)}")
+        self._own_base = base_dir is None
+        self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="nbburst-compute-")).resolve()
+        self._port = port
+        self.project, self.zone, self.region = project, zone, cat.ZONE_REGION[zone]
+        self.preemption_grace = preemption_grace
+        self.stop_grace = stop_grace
+        self.operation_delay = operation_delay
+        self.maintenance_notice = maintenance_notice
+        self.operation_wait_timeout = operation_wait_timeout
+        self.instance_env = dict(instance_env or {})
+        self.images: list[cat.Image] = list(images) if images is not None else cat.default_images()
+        self.request_log: list[dict] = []
+        self._uid = uuid.uuid4().hex[:12]
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._instances: dict[tuple[str, str, str], Instance] = {}
+        self._ops: dict[tuple[str, str, str], dict] = {}
+        self._request_ids: dict[tuple[str, str], tuple[str, str, str]] = {}
+        self._region_quotas: dict[tuple[str, str], dict[str, float]] = {}
+        self._project_quotas: dict[str, dict[str, float]] = {}
+        self._exhausted: dict[str, set[str] | None] = {}
+        self._procs: list[subprocess.Popen] = []
+        self._threads: list[threading.Thread] = []
+        self._ip_counter = 1
+        self._closing = False
+        self._closed = threading.Event()
+        self._httpd = None
+        self._bin = self.base_dir / "bin"
+
+    # ---- running the emulator ----------------------------------------------------------------
+    def start(self) -> ComputeEmulator:
+        from nbburst.testing.compute_http import make_server
+
+        if self._httpd is not None:
+            return self
+        (self.base_dir / "instances").mkdir(parents=True, exist_ok=True)
+        write_shims(self._bin)
+        self._httpd = make_server(self, self._port)
+        self._spawn(self._httpd.serve_forever, 0.1)
+        self._spawn(self._monitor)
+        atexit.register(self.stop)
+        return self
+
+    def stop(self) -> None:
+        """Kill every instance process, close every server. Nothing survives it."""
+        if self._httpd is None or self._closing:
+            return
+        with self._lock:
+            self._closing = True
+            self._cond.notify_all()
+            instances = list(self._instances.values())
+        self._closed.set()
+        for inst in instances:
+            inst.hard_kill()
+        for pid in scan_processes(f"{self._uid}/", ()):
+            kill(pid)
+        for p in self._procs:
+            reap(p)
+        for inst in instances:
+            if inst.metadata:
+                inst.metadata.stop()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout=5)
+        atexit.unregister(self.stop)
+        if self._own_base:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def __enter__(self) -> ComputeEmulator:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("compute emulator not started")
+        return self._httpd.server_address[1]
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}"
+
+    def env(self) -> dict[str, str]:
+        """Environment variables pointing nbburst at this emulator."""
+        return {
+            "NBBURST_COMPUTE_ENDPOINT": self.endpoint,
+            "NBBURST_PROJECT": self.project,
+            "NBBURST_ZONE": self.zone,
+            "NBBURST_IMAGE_PROJECT": cat.DEFAULT_IMAGE_PROJECT,
+            "NBBURST_IMAGE_FAMILY": cat.DEFAULT_IMAGE_FAMILY,
+        }
+
+    def client(self, client_class, **kwargs):
+        """A google.cloud.compute_v1 client (any of them) that talks to this emulator."""
+        from google.auth.credentials import AnonymousCredentials
+
+        kwargs.setdefault("credentials", AnonymousCredentials())
+        kwargs.setdefault("client_options", {"api_endpoint": self.endpoint})
+        return client_class(**kwargs)
+
+    # ---- test controls -----------------------------------------------------------------------
+    def preempt(self, name: str, *, zone: str | None = None, project: str | None = None,
+                grace: float | None = None, wait: bool = False) -> None:
+        """Preempt a running instance: preempted=TRUE, soft-off, `grace` s, hard-off, then STOP or
+        DELETE per its instanceTerminationAction. `wait` blocks until that is done."""
+        inst = self._find(name, zone, project)
+        with self._lock:
+            if inst.status != "RUNNING":
+                raise ComputeError(400, "badRequest", f"Instance '{name}' is {inst.status}, not RUNNING.")
+        done = threading.Event()
+        self._spawn(self._run_preempt, inst, grace, done)
+        if wait:
+            done.wait()
+
+    def simulate_maintenance(self, name: str, *, zone: str | None = None, project: str | None = None,
+                             wait: bool = False) -> None:
+        inst = self._find(name, zone, project)
+        done = threading.Event()
+        self._spawn(self._run_maintenance, inst, None, done)
+        if wait:
+            done.wait()
+
+    def poweroff(self, name: str, *, reboot: bool = False, zone: str | None = None,
+                 project: str | None = None) -> None:
+        """What `sudo poweroff` (or `reboot`) does on the instance."""
+        inst = self._find(name, zone, project)
+        self._spawn(self._run_guest_off, inst, reboot)
+
+    def set_zone_capacity(self, zone: str, available: bool, machine_types: list[str] | None = None) -> None:
+        """Make a zone (or only some machine types / prefixes such as "n2-") out of capacity:
+        inserts and starts there then fail with ZONE_RESOURCE_POOL_EXHAUSTED."""
+        with self._lock:
+            if available:
+                if machine_types and self._exhausted.get(zone):
+                    self._exhausted[zone] -= set(machine_types)  # type: ignore[operator]
+                    if self._exhausted[zone]:
+                        return
+                self._exhausted.pop(zone, None)
+            else:
+                self._exhausted[zone] = set(machine_types) if machine_types else None
+
+    def set_quota(self, metric: str, limit: float, *, region: str | None = None,
+                  project: str | None = None) -> None:
+        project = project or self.project
+        with self._lock:
+            if metric in cat.DEFAULT_PROJECT_QUOTAS:
+                self._plimits(project)[metric] = float(limit)
+            else:
+                self._rlimits(project, region or self.region)[metric] = float(limit)
+
+    def add_image(self, project: str, name: str, family: str | None = None, **kwargs) -> cat.Image:
+        img = cat.Image(project, name, family, **kwargs)
+        with self._lock:
+            self.images.append(img)
+        return img
+
+    def instances(self) -> list[dict]:
+        """Every instance with its state and process info."""
+        with self._lock:
+            return [i.info() for i in self._instances.values()]
+
+    def instance(self, name: str, *, zone: str | None = None, project: str | None = None) -> dict:
+        with self._lock:
+            return self._find(name, zone, project).info()
+
+    def wait_for_status(self, name: str, status: str | tuple[str, ...], timeout: float = 30.0, *,
+                        zone: str | None = None, project: str | None = None) -> str:
+        """Wait until the instance has `status` ("DELETED" = gone); returns the last status seen."""
+        wanted = (status,) if isinstance(status, str) else tuple(status)
+        key = (project or self.project, zone or self.zone, name)
+
+        def current() -> str:
+            inst = self._instances.get(key)
+            return inst.status if inst else "DELETED"
+
+        with self._cond:
+            self._cond.wait_for(lambda: current() in wanted or self._closing, timeout=timeout)
+            return current()
+
+    def serial_output(self, name: str, *, zone: str | None = None, project: str | None = None) -> str:
+        inst = self._find(name, zone, project)
+        return inst.console.read_text(errors="replace") if inst.console.exists() else ""
+
+    def disk_path(self, name: str, *, zone: str | None = None, project: str | None = None) -> Path:
+        return self._find(name, zone, project).disk
+
+    def live_processes(self) -> list[int]:
+        """Pids of instance processes (any instance of this emulator) still alive."""
+        return scan_processes(f"{self._uid}/", ())
+
+    # ---- API: instances ----------------------------------------------------------------------
+    def api_insert(self, project: str, zone: str, body: dict, request_id: str | None = None) -> dict:
+        with self._lock:
+            self._check_zone(zone)
+            prior = self._prior(project, request_id)
+            if prior:
+                return prior
+            plan = plan_instance(project, zone, body, self.images, self._next_ip())
+            key = (project, zone, plan.resource["name"])
+            if key in self._instances:
+                raise ComputeError(409, "alreadyExists",
+                                   f"The resource 'projects/{project}/zones/{zone}/instances/{key[2]}' "
+                                   "already exists")
+            self._check_quota(project, zone, plan)
+            dir_ = self.base_dir / "instances" / project / zone / key[2]
+            shutil.rmtree(dir_, ignore_errors=True)
+            inst = Instance(project, zone, plan, dir_, self._uid)
+            inst.disk.mkdir(parents=True)
+            inst.console.touch()
+            r = inst.resource
+            r["id"] = str(inst.id)
+            r["creationTimestamp"] = cat.rfc3339()
+            r["metadata"]["fingerprint"] = fingerprint()
+            r["labelFingerprint"] = fingerprint()
+            r["fingerprint"] = fingerprint()
+            inst.metadata = MetadataServer(inst.metadata_tree()).start()
+            self._instances[key] = inst
+            op = self._new_op(inst, "insert", request_id)
+            self._spawn(self._run_insert, inst, op)
+            return copy.deepcopy(op)
+
+    def api_get(self, project: str, zone: str, name: str) -> dict:
+        with self._lock:
+            return copy.deepcopy(self._get(project, zone, name).resource)
+
+    def api_list(self, project: str, zone: str | None = None) -> list[dict]:
+        with self._lock:
+            if zone is not None:
+                self._check_zone(zone)
+            return [copy.deepcopy(i.resource) for (p, z, _), i in self._instances.items()
+                    if p == project and (zone is None or z == zone)]
+
+    def api_delete(self, project: str, zone: str, name: str, request_id: str | None = None) -> dict:
+        return self._lifecycle_op(project, zone, name, "delete", request_id, self._run_delete)
+
+    def api_stop(self, project: str, zone: str, name: str, request_id: str | None = None) -> dict:
+        return self._lifecycle_op(project, zone, name, "stop", request_id, self._run_stop)
+
+    def api_reset(self, project: str, zone: str, name: str, request_id: str | None = None) -> dict:
+        return self._lifecycle_op(project, zone, name, "reset", request_id, self._run_reset)
+
+    def api_simulate_maintenance(self, project: str, zone: str, name: str,
+                                 request_id: str | None = None) -> dict:
+        return self._lifecycle_op(project, zone, name, "simulateMaintenanceEvent", request_id,
+                                  lambda inst, op: self._run_maintenance(inst, op))
+
+    def api_start(self, project: str, zone: str, name: str, request_id: str | None = None) -> dict:
+        with self._lock:
+            prior = self._prior(project, request_id)
+            if prior:
+                return prior
+            inst = self._get(project, zone, name)
+            if inst.status == "STOPPING":
+                raise ComputeError(400, "resourceNotReady", f"The resource '{inst.path}' is not ready")
+            if inst.status == "TERMINATED":
+                self._check_quota(project, zone, inst.plan, exclude=inst)
+            op = self._new_op(inst, "start", request_id)
+            self._spawn(self._run_start, inst, op)
+            return copy.deepcopy(op)
+
+    def api_set_metadata(self, project: str, zone: str, name: str, body: dict,
+                         request_id: str | None = None) -> dict:
+        with self._lock:
+            inst = self._get(project, zone, name)
+            meta = inst.resource["metadata"]
+            if body.get("fingerprint") != meta["fingerprint"]:
+                raise ComputeError(412, "conditionNotMet", "Supplied fingerprint does not match current "
+                                   "metadata fingerprint.")
+            meta["items"] = check_metadata_items(body.get("items"))
+            meta["fingerprint"] = fingerprint()
+            inst.metadata.set("instance/attributes", {i["key"]: i["value"] for i in meta["items"]})
+            op = self._new_op(inst, "setMetadata", request_id)
+            self._finish(op)
+            return copy.deepcopy(op)
+
+    def api_set_labels(self, project: str, zone: str, name: str, body: dict,
+                       request_id: str | None = None) -> dict:
+        with self._lock:
+            inst = self._get(project, zone, name)
+            if body.get("labelFingerprint") != inst.resource["labelFingerprint"]:
+                raise ComputeError(412, "conditionNotMet", "Labels fingerprint either invalid or "
+                                   "resource labels have changed")
+            inst.resource["labels"] = check_labels(body.get("labels"))
+            inst.resource["labelFingerprint"] = fingerprint()
+            op = self._new_op(inst, "setLabels", request_id)
+            self._finish(op)
+            return copy.deepcopy(op)
+
+    def api_serial_port(self, project: str, zone: str, name: str, port: int = 1, start: int = 0) -> dict:
+        with self._lock:
+            inst = self._get(project, zone, name)
+        if port not in (1, 2, 3, 4):
+            raise ComputeError(400, "invalid", f"Invalid value for field 'port': '{port}'. Must be 1-4.")
+        data, start = b"", max(0, start)
+        if port == 1 and inst.console.exists():
+            with open(inst.console, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                start = min(start, size)
+                f.seek(start)
+                data = f.read(1 << 20)
+        return {"kind": "compute#serialPortOutput", "contents": data.decode("utf-8", "replace"),
+                "start": str(start), "next": str(start + len(data)),
+                "selfLink": inst.resource["selfLink"] + "/serialPort"}
+
+    # ---- API: operations ---------------------------------------------------------------------
+    def api_operation(self, project: str, zone: str, name: str, wait: bool = False) -> dict:
+        with self._cond:
+            op = self._ops.get((project, zone, name))
+            if op is None:
+                raise not_found(f"projects/{project}/zones/{zone}/operations/{name}")
+            if wait:
+                self._cond.wait_for(lambda: op["status"] == "DONE" or self._closing,
+                                    timeout=self.operation_wait_timeout)
+            return copy.deepcopy(op)
+
+    def api_operations(self, project: str, zone: str) -> list[dict]:
+        with self._lock:
+            return [copy.deepcopy(o) for (p, z, _), o in self._ops.items() if p == project and z == zone]
+
+    def api_delete_operation(self, project: str, zone: str, name: str) -> None:
+        with self._lock:
+            if self._ops.pop((project, zone, name), None) is None:
+                raise not_found(f"projects/{project}/zones/{zone}/operations/{name}")
+
+    # ---- API: catalog ------------------------------------------------------------------------
+    def api_project(self, project: str) -> dict:
+        with self._lock:
+            usage = self._usage(project, None)
+            quotas = [{"metric": m, "limit": lim, "usage": float(usage.get(m, 0))}
+                      for m, lim in self._plimits(project).items()]
+        number = cat.project_number(project)
+        return {"kind": "compute#project", "id": str(number), "name": project,
+                "creationTimestamp": "2020-01-01T00:00:00.000+00:00",
+                "commonInstanceMetadata": {"kind": "compute#metadata", "fingerprint": "", "items": []},
+                "quotas": quotas, "selfLink": cat.API_ROOT + f"projects/{project}",
+                "defaultServiceAccount": f"{number}-compute@developer.gserviceaccount.com",
+                "xpnProjectStatus": "UNSPECIFIED_XPN_PROJECT_STATUS", "defaultNetworkTier": "PREMIUM"}
+
+    def api_region(self, project: str, region: str) -> dict:
+        if region not in cat.REGION_ZONES:
+            raise not_found(f"projects/{project}/regions/{region}")
+        with self._lock:
+            usage = self._usage(project, region)
+            quotas = [{"metric": m, "limit": lim, "usage": float(usage.get(m, 0))}
+                      for m, lim in self._rlimits(project, region).items()]
+        return {"kind": "compute#region", "id": str(cat.stable_id("region", region, digits=4)),
+                "creationTimestamp": "1969-12-31T16:00:00.000-08:00", "name": region,
+                "description": region, "status": "UP",
+                "zones": [cat.link(project, "zones", z) for z in cat.REGION_ZONES[region]],
+                "quotas": quotas, "selfLink": cat.link(project, "regions", region), "supportsPzs": False}
+
+    def api_zone(self, project: str, zone: str) -> dict:
+        if zone not in cat.ZONE_REGION:
+            raise not_found(f"projects/{project}/zones/{zone}")
+        return cat.zone_json(project, zone)
+
+    def api_machine_types(self, project: str, zone: str) -> list[dict]:
+        self._check_zone(zone)
+        return [cat.machine_type_json(project, zone, m) for m in cat.machine_types(zone)]
+
+    def api_machine_type(self, project: str, zone: str, name: str) -> dict:
+        self._check_zone(zone)
+        m = cat.machine_type(zone, name)
+        if m is None:
+            raise not_found(f"projects/{project}/zones/{zone}/machineTypes/{name}")
+        return cat.machine_type_json(project, zone, m)
+
+    def api_accelerator_types(self, project: str, zone: str) -> list[dict]:
+        self._check_zone(zone)
+        return [cat.accelerator_json(project, zone, a) for a in cat.ACCELERATORS.values() if zone in a.zones]
+
+    def api_accelerator_type(self, project: str, zone: str, name: str) -> dict:
+        self._check_zone(zone)
+        a = cat.ACCELERATORS.get(name)
+        if a is None or zone not in a.zones:
+            raise not_found(f"projects/{project}/zones/{zone}/acceleratorTypes/{name}")
+        return cat.accelerator_json(project, zone, a)
+
+    def api_images(self, project: str) -> list[dict]:
+        with self._lock:
+            return [i.json() for i in self.images if i.project == project]
+
+    def api_image(self, project: str, name: str) -> dict:
+        with self._lock:
+            return get_image(project, name, self.images).json()
+
+    def api_image_from_family(self, project: str, family: str) -> dict:
+        with self._lock:
+            return image_from_family(project, family, self.images).json()
+
+    # ---- lifecycle (background threads) ------------------------------------------------------
+    # ---- processes ---------------------------------------------------------------------------
+    # ---- helpers -----------------------------------------------------------------------------
+    def _check_zone(self, zone: str) -> None:
+        if zone not in cat.ZONE_REGION:
+            raise ComputeError(400, "invalid", f"Invalid value for field 'zone': '{zone}'. Unknown zone.")
+
+    def _get(self, project: str, zone: str, name: str) -> Instance:
+        self._check_zone(zone)
+        inst = self._instances.get((project, zone, name))
+        if inst is None:
+            raise not_found(f"projects/{project}/zones/{zone}/instances/{name}")
+        return inst
+
+    def _find(self, name: str, zone: str | None, project: str | None) -> Instance:
+        project = project or self.project
+        with self._lock:
+            if zone:
+                return self._get(project, zone, name)
+            found = [i for (p, _, n), i in self._instances.items() if p == project and n == name]
+            if not found:
+                raise not_found(f"projects/{project}/zones/-/instances/{name}")
+            return found[0]
+
+    def _next_ip(self) -> str:
+        self._ip_counter += 1
+        n = self._ip_counter
+        return f"10.128.{n // 250}.{n % 250 + 2}"
+
+    def _prior(self, project: str, request_id: str | None) -> dict | None:
+        key = self._request_ids.get((project, request_id)) if request_id else None
+        return copy.deepcopy(self._ops[key]) if key and key in self._ops else None
+
+    def _new_op(self, inst: Instance, op_type: str, request_id: str | None = None, *,
+                user: str | None = None) -> dict:
+        ms = int(time.time() * 1000)
+        name = f"operation-{ms}-{secrets.token_hex(7)[:13]}-{secrets.token_hex(4)}-{secrets.token_hex(4)}"
+        now = cat.rfc3339()
+        op = {
+            "kind": "compute#operation", "id": str(10**18 + secrets.randbelow(9 * 10**18)), "name": name,
+            "zone": cat.link(inst.project, "zones", inst.zone), "operationType": op_type,
+            "targetLink": inst.resource["selfLink"], "targetId": str(inst.id), "status": "RUNNING",
+            "user": user or f"emulator@{inst.project}.iam.gserviceaccount.com", "progress": 0,
+            "insertTime": now, "startTime": now,
+            "selfLink": cat.link(inst.project, "zones", inst.zone, "operations", name),
+        }
+        self._ops[(inst.project, inst.zone, name)] = op
+        if request_id:
+            self._request_ids[(inst.project, request_id)] = (inst.project, inst.zone, name)
+        return op
+
+    def _system_op(self, inst: Instance, op_type: str, message: str | None) -> None:
+        op = self._new_op(inst, op_type, user="system")
+        if message:
+            op["statusMessage"] = message
+        self._finish(op)
+
+    def _finish(self, op: dict, error: tuple[str, str, int, str] | None = None) -> None:
+        with self._lock:
+            op.update(status="DONE", progress=100, endTime=cat.rfc3339())
+            if error:
+                code, message, http_code, http_message = error
+                op["error"] = {"errors": [{"code": code, "message": message}]}
+                op["httpErrorStatusCode"] = http_code
+                op["httpErrorMessage"] = http_message
+            self._cond.notify_all()
+
+    def _is_exhausted(self, inst: Instance) -> bool:
+        if inst.zone not in self._exhausted:
+            return False
+        types = self._exhausted[inst.zone]
+        name = inst.plan.machine.name
+        return types is None or any(name == t or (t.endswith("-") and name.startswith(t)) for t in types)
+
+    def _exhausted_error(self, inst: Instance) -> tuple[str, str, int, str]:
+        return ("ZONE_RESOURCE_POOL_EXHAUSTED",
+                f"The zone 'projects/{inst.project}/zones/{inst.zone}' does not have enough resources "
+                "available to fulfill the request.  Try a different zone, or try again later.",
+                503, "SERVICE UNAVAILABLE")
+
+    # ---- quotas ------------------------------------------------------------------------------
+    def _rlimits(self, project: str, region: str) -> dict[str, float]:
+        return self._region_quotas.setdefault((project, region),
+                                              {k: float(v) for k, v in cat.DEFAULT_REGION_QUOTAS.items()})
+
+    def _plimits(self, project: str) -> dict[str, float]:
+        return self._project_quotas.setdefault(project,
+                                               {k: float(v) for k, v in cat.DEFAULT_PROJECT_QUOTAS.items()})
+
+    def _charges(self, project: str, zone: str, plan: InstancePlan) -> dict[str, float]:
+        limits = self._rlimits(project, cat.ZONE_REGION[zone])
+        out: dict[str, float] = {}
+        demand = cat.quota_demand(plan.machine, plan.accelerators, plan.spot, plan.disk_gb)
+        for metric, amount in demand.items():
+            if metric.startswith("PREEMPTIBLE_") and not limits.get(metric):
+                metric = metric[len("PREEMPTIBLE_"):]  # no preemptible quota: spot uses the regular one
+            out[metric] = out.get(metric, 0) + amount
+        return out
+
+    def _usage(self, project: str, region: str | None, exclude: Instance | None = None) -> dict[str, float]:
+        usage: dict[str, float] = {}
+        for (p, z, _), inst in self._instances.items():
+            if p != project or inst is exclude or (region and cat.ZONE_REGION[z] != region):
+                continue
+            for metric, amount in self._charges(p, z, inst.plan).items():
+                if inst.status in ACTIVE or metric in ("INSTANCES", "DISKS_TOTAL_GB", "SSD_TOTAL_GB"):
+                    usage[metric] = usage.get(metric, 0) + amount
+        return usage
+
+    def _check_quota(self, project: str, zone: str, plan: InstancePlan, exclude: Instance | None = None):
+        region = cat.ZONE_REGION[zone]
+        rlimits, plimits = self._rlimits(project, region), self._plimits(project)
+        rusage, pusage = self._usage(project, region, exclude), self._usage(project, None, exclude)
+        for metric, amount in self._charges(project, zone, plan).items():
+            if metric in plimits:
+                limit, used, where = plimits[metric], pusage.get(metric, 0), "globally"
+            elif metric in rlimits:
+                limit, used, where = rlimits[metric], rusage.get(metric, 0), f"in region {region}"
+            else:
+                continue
+            if used + amount > limit:
+                message = f"Quota '{metric}' exceeded.  Limit: {limit} {where}."
+                raise ComputeError(403, "quotaExceeded", message, domain="usageLimits")
+
+    # ---- metadata ----------------------------------------------------------------------------

@@ -1,0 +1,293 @@
+"""One emulated instance: its folders, its processes, its metadata server contents."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from nbburst.testing import compute_catalog as cat
+from nbburst.testing.compute_resources import InstancePlan
+from nbburst.testing.metadata_emulator import MetadataServer
+
+log = logging.getLogger("nbburst.testing")
+
+# Every instance process carries MARKER=<emulator uid>/<instance id> in its environment, so
+# processes that leave their process group (setsid, daemons) are still found and killed.
+MARKER = "NBBURST_EMULATOR_MARKER"
+
+_POWER_SHIM = """\
+import json, os, sys, urllib.request
+cmd, args = os.path.basename(sys.argv[0]), sys.argv[1:]
+if cmd == "shutdown" and "-c" in args:
+    sys.exit(0)
+reboot = cmd == "reboot" or (cmd == "shutdown" and "-r" in args)
+endpoint, inst = os.environ.get("NBBURST_COMPUTE_ENDPOINT"), os.environ.get("NBBURST_EMULATOR_INSTANCE")
+if not endpoint or not inst:
+    sys.exit(f"{cmd}: not running on an emulated instance")
+req = urllib.request.Request(f"{endpoint}/emulator/{inst}/poweroff", method="POST",
+                             data=json.dumps({"reboot": reboot}).encode(),
+                             headers={"Content-Type": "application/json"})
+urllib.request.urlopen(req, timeout=30).read()
+"""
+_SUDO_SHIM = """\
+#!/bin/sh
+# sudo on an emulated instance: run the command as it is (the emulator's user).
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --) shift; break ;;
+    -u|-g|-C|-p|-U|-h|-r|-t|-D) shift 2 ;;
+    -*) shift ;;
+    *) break ;;
+  esac
+done
+exec "$@"
+"""
+
+
+def write_shims(bin_dir: Path) -> None:
+    """`poweroff`, `halt`, `shutdown`, `reboot` and `sudo` for instance PATHs: they act on the
+    emulated machine (through the emulator's control endpoint), never on the host."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    exe = sys.executable
+    python = exe if len(exe) < 120 and " " not in exe else "/usr/bin/env python3"
+    power = bin_dir / "poweroff"
+    power.write_text(f"#!{python}\n# Power button of an emulated Compute Engine instance.\n{_POWER_SHIM}")
+    power.chmod(0o755)
+    for alias in ("halt", "shutdown", "reboot"):
+        (bin_dir / alias).unlink(missing_ok=True)
+        (bin_dir / alias).symlink_to("poweroff")
+    sudo = bin_dir / "sudo"
+    sudo.write_text(_SUDO_SHIM)
+    sudo.chmod(0o755)
+
+
+class Instance:
+    def __init__(self, project: str, zone: str, plan: InstancePlan, dir_: Path, emulator_uid: str):
+        self.project, self.zone, self.plan = project, zone, plan
+        self.resource = plan.resource
+        self.name: str = plan.resource["name"]
+        self.id = 10**18 + secrets.randbelow(9 * 10**18)
+        self.marker = f"{emulator_uid}/{self.id}"
+        self.dir, self.disk, self.console = dir_, dir_ / "disk", dir_ / "serial-console.log"
+        self.metadata: MetadataServer | None = None
+        self.transition = threading.Lock()  # one lifecycle change at a time
+        self.proc: subprocess.Popen | None = None
+        self.shutdown_proc: subprocess.Popen | None = None
+        self.exit_logged = True
+        self.deadline: float | None = None  # monotonic time when maxRunDuration ends
+        self.boots = 0
+        self.deleted = False
+        self.preempted = False
+        self.maintenance_event = "NONE"
+
+    @property
+    def status(self) -> str:
+        return self.resource["status"]
+
+    @status.setter
+    def status(self, value: str) -> None:
+        self.resource["status"] = value
+
+    @property
+    def path(self) -> str:
+        return f"projects/{self.project}/zones/{self.zone}/instances/{self.name}"
+
+    def attribute(self, key: str) -> str | None:
+        for item in self.resource["metadata"]["items"]:
+            if item["key"] == key:
+                return item["value"]
+        return None
+
+    def log(self, line: str) -> None:
+        """Append a line to the serial console."""
+        try:
+            with open(self.console, "a") as f:
+                f.write(line + "\n")
+        except OSError:
+            pass
+
+    # ---- processes ---------------------------------------------------------------------------
+    def run_script(self, key: str, script: str, env: dict[str, str]) -> subprocess.Popen:
+        """Run a metadata script in a new session, cwd = disk, output to the serial console."""
+        path = self.dir / key
+        path.write_text(script)
+        path.chmod(0o700)
+        cmd = [str(path)] if script.startswith("#!") else ["/bin/bash", str(path)]
+        env = {**env, MARKER: self.marker}
+        with open(self.console, "ab") as console:
+            return subprocess.Popen(cmd, cwd=self.disk, env=env, stdin=subprocess.DEVNULL, stdout=console,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+
+    def unreaped(self) -> list[subprocess.Popen]:
+        return [p for p in (self.proc, self.shutdown_proc) if p is not None and p.returncode is None]
+
+    def signal(self, sig: int) -> None:
+        # A group is addressed by its leader's pid only while that leader is unreaped (so the
+        # number cannot have been reused); processes that escaped it are found by their marker.
+        for p in self.unreaped():
+            try:
+                os.killpg(p.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in scan_processes(self.marker):
+            kill(pid, sig)
+
+    def alive(self) -> bool:
+        return bool(scan_processes(self.marker, [p.pid for p in self.unreaped()]))
+
+    def live_pids(self) -> list[int]:
+        return scan_processes(self.marker, [p.pid for p in self.unreaped()])
+
+    def hard_kill(self) -> None:
+        """SIGKILL every process of the instance and reap the ones this process started."""
+        self.signal(signal.SIGKILL)
+        for name, p in (("startup-script", self.proc), ("shutdown-script", self.shutdown_proc)):
+            if p is not None:
+                was_running = p.returncode is None
+                reap(p)
+                if name == "startup-script" and was_running and not self.exit_logged:
+                    self.exit_logged = True
+                    self.log(f"nbburst-emulator: {name} exit status {p.returncode}")
+
+    def info(self) -> dict:
+        procs = {"startup": self.proc, "shutdown": self.shutdown_proc}
+        sched = self.resource["scheduling"]
+        return {
+            "project": self.project, "zone": self.zone, "name": self.name, "id": str(self.id),
+            "status": self.status, "boots": self.boots, "preempted": self.preempted,
+            "maintenance_event": self.maintenance_event, "labels": dict(self.resource["labels"]),
+            "provisioning_model": sched["provisioningModel"],
+            "termination_action": sched.get("instanceTerminationAction"),
+            "dir": str(self.dir), "disk": str(self.disk), "serial_console": str(self.console),
+            "metadata_host": self.metadata.host if self.metadata else None,
+            "processes": {k: {"pid": p.pid, "returncode": p.poll()} for k, p in procs.items() if p},
+            "live_pids": self.live_pids(),
+        }
+
+    # ---- metadata server contents ------------------------------------------------------------
+    def metadata_tree(self) -> dict[str, Any]:
+        r, project, number = self.resource, self.project, cat.project_number(self.project)
+        accounts: dict[str, Any] = {}
+        for i, sa in enumerate(r["serviceAccounts"]):
+            entry = {"aliases": "default", "email": sa["email"],
+                     "scopes": "".join(s + "\n" for s in sa["scopes"]),
+                     "token": _token, "identity": _identity_for(sa["email"])}
+            accounts[sa["email"]] = entry
+            if i == 0:
+                accounts["default"] = dict(entry)
+        img = self.plan.image
+        sched = r["scheduling"]
+        nics = {str(i): {"ip": n["networkIP"], "network": f"projects/{number}/networks/default",
+                         "mac": f"42:01:0a:80:00:{i + 2:02x}"} for i, n in enumerate(r["networkInterfaces"])}
+        return {
+            "instance": {
+                "attributes": {item["key"]: item["value"] for item in r["metadata"]["items"]},
+                "cpu-platform": "Intel Cascade Lake",
+                "description": r["description"],
+                "disks": {str(d["index"]): {"device-name": d["deviceName"], "index": d["index"],
+                                            "mode": d["mode"], "type": d["type"]} for d in r["disks"]},
+                "hostname": f"{self.name}.{self.zone}.c.{project}.internal",
+                "id": self.id,
+                "image": f"projects/{img.project}/global/images/{img.name}" if img else "",
+                "machine-type": f"projects/{number}/machineTypes/{self.plan.machine.name}",
+                "maintenance-event": "NONE",
+                "name": self.name,
+                "network-interfaces": nics,
+                "preempted": "FALSE",
+                "scheduling": {"automatic-restart": str(sched["automaticRestart"]).upper(),
+                               "on-host-maintenance": sched["onHostMaintenance"],
+                               "preemptible": str(sched["preemptible"]).upper(),
+                               "provisioning-model": sched["provisioningModel"]},
+                "service-accounts": accounts,
+                "tags": list(r["tags"]["items"]),
+                "zone": f"projects/{number}/zones/{self.zone}",
+            },
+            "project": {"attributes": {}, "numeric-project-id": number, "project-id": project},
+        }
+
+
+def fingerprint() -> str:
+    return base64.b64encode(secrets.token_bytes(8)).decode()
+
+
+def _token(_query) -> dict:
+    return {"access_token": "ya29.emulated-" + secrets.token_urlsafe(24), "expires_in": 3599,
+            "token_type": "Bearer"}
+
+
+def _identity_for(email: str):
+    def identity(query) -> str:
+        def b64(obj) -> str:
+            return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+
+        now = int(time.time())
+        claims = {"aud": query.get("audience", ""), "azp": email, "email": email, "email_verified": True,
+                  "exp": now + 3600, "iat": now, "iss": "https://accounts.google.com", "sub": "1" * 21}
+        return f"{b64({'alg': 'RS256', 'typ': 'JWT'})}.{b64(claims)}.ZW11bGF0ZWQ"
+
+    return identity
+
+
+def kill(pid: int, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def reap(p: subprocess.Popen) -> None:
+    try:
+        p.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        log.warning("compute emulator: process %s did not exit after SIGKILL", p.pid)
+
+
+def scan_processes(marker: str, pgids=()) -> list[int]:
+    """Live (non-zombie) processes whose environment holds MARKER=<marker...> or whose process
+    group is one of `pgids`. Uses Linux /proc; elsewhere only `pgids` can be seen (via killpg)."""
+    needle = f"\0{MARKER}={marker}".encode()
+    pgids = set(pgids)
+    me, found = os.getpid(), []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return [g for g in pgids if _group_exists(g)]
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+            fields = stat[stat.rindex(b")") + 2:].split()
+            if fields[0] in (b"Z", b"X"):
+                continue
+            if int(fields[2]) in pgids:
+                found.append(int(entry))
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = b"\0" + f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if needle in environ:
+            found.append(int(entry))
+    return found
+
+
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True

@@ -1,0 +1,77 @@
+"""pytest fixtures for the emulators. Enable with, in conftest.py:
+
+    pytest_plugins = ["nbburst.testing.pytest_plugin"]
+
+- ``compute_emulator``: a fresh ComputeEmulator per test (disks under tmp_path, short graces);
+  stopped at teardown, which fails the test if any instance process survived. Options go in a
+  marker: ``@pytest.mark.compute_emulator(preemption_grace=1, zone="europe-west4-a")``.
+- ``gcs_emulator``: one GCSEmulator for the session; ``gcs_bucket``: a fresh bucket per test.
+- ``emulator_env``: both emulators plus the NBBURST_* variables pointing nbburst at them,
+  set in os.environ for the test; returns the dict.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from nbburst.testing.compute_emulator import ComputeEmulator
+
+TEST_DEFAULTS = {"preemption_grace": 2.0, "stop_grace": 5.0, "operation_delay": 0.05,
+                 "maintenance_notice": 1.0}
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "compute_emulator(**kwargs): options of the compute_emulator fixture")
+
+
+@pytest.fixture
+def compute_emulator(request, tmp_path):
+    marker = request.node.get_closest_marker("compute_emulator")
+    options = {**TEST_DEFAULTS, **(marker.kwargs if marker else {})}
+    emulator = ComputeEmulator(tmp_path / "compute", **options).start()
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+        deadline = time.monotonic() + 2
+        leftovers = emulator.live_processes()
+        while leftovers and time.monotonic() < deadline:
+            time.sleep(0.05)
+            leftovers = emulator.live_processes()
+        if leftovers:
+            pytest.fail(f"compute emulator left instance processes running: {leftovers}")
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator():
+    from nbburst.testing.gcs_emulator import GCSEmulator
+
+    emulator = GCSEmulator().start()
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+
+
+@pytest.fixture
+def gcs_bucket(gcs_emulator) -> str:
+    name = f"nbburst-test-{uuid.uuid4().hex[:12]}"
+    gcs_emulator.create_bucket(name)
+    return name
+
+
+@pytest.fixture
+def emulator_env(monkeypatch, compute_emulator, gcs_emulator, gcs_bucket) -> dict[str, str]:
+    env = {
+        **gcs_emulator.env(),
+        **compute_emulator.env(),
+        "NBBURST_ROOT": f"gs://{gcs_bucket}/nbburst",
+        "NBBURST_BACKEND": "gce",
+        "GOOGLE_CLOUD_PROJECT": compute_emulator.project,
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env

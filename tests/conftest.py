@@ -1,0 +1,1 @@
+pytest_plugins = ["nbburst.testing.pytest_plugin"]
