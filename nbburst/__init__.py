@@ -43,3 +43,13 @@ def load_ipython_extension(ipython: Any) -> None:
     from .magic import BurstMagics
 
     ipython.register_magics(BurstMagics(ipython))
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """The Jupyter server extension: REST API for the sidebar and the hosted supervisor."""
+    return [{"module": "nbburst.server"}]
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """The prebuilt JupyterLab extension (the "Burst jobs" sidebar)."""
+    return [{"src": "labextension", "dest": "nbburst-labextension"}]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import __version__, config, payload, signing
+from . import __version__, config, payload, pricing, signing
 from .capture import Capture, unpicklable_message
 from .env import manifest
 from .errors import CaptureError, JobCancelled, JobFailed, JobNotFound, RemoteError, UsageError
@@ -92,6 +92,7 @@ class Burst:
                 outputs: list[str] | None, deletes: list[str]) -> Job:
         machines = self.machines(options.backend)
         plan = machines.plan(options.resources)  # refuses what the backend cannot do, before anything else
+        pricing.price_plan(plan, options.backend, self.settings)
         encoded = _encode_all(values)
         files = _check_files(options.files)
         store = self.store_for(options.backend)
@@ -323,10 +324,19 @@ class Job:
 
     def _commit(self, state: State, reason: str, by: str) -> State:
         try:
-            self.store.create(self.layout.terminal, Terminal(state, reason, self.attempt, by=by).to_json())
+            terminal = Terminal(state, reason, self.attempt, by=by)
+            terminal.cost = self._cost(terminal.at)
+            self.store.create(self.layout.terminal, terminal.to_json())
             return state
         except AlreadyExists:
             return self.terminal().state  # type: ignore[union-attr]
+
+    def _cost(self, ended: float | None = None, statuses: list[Status] | None = None) -> dict[str, Any]:
+        """Cost so far (or in total, given the end time) by component, and the saving versus on-demand."""
+        try:
+            return pricing.job_cost(self.spec, self.statuses() if statuses is None else statuses, ended)
+        except Exception:  # a cost estimate must never break a job's bookkeeping
+            return pricing.cost(pricing.Breakdown(), 0.0)
 
     def supervise(self) -> State:
         """Relaunch the job if its machine vanished without a verdict (preemption)."""
@@ -349,10 +359,12 @@ class Job:
         return LogTail(self.store, self.layout)
 
     def wait(self, timeout: float | None = None, on_record: Callable[[dict[str, Any]], None] | None = None,
-             supervise: bool = True) -> State:
-        """Block until the job ends, streaming log records to ``on_record``; returns the final state."""
+             supervise: bool = True, tail: LogTail | None = None) -> State:
+        """Block until the job ends, streaming log records to ``on_record``; returns the final state.
+
+        Pass a ``tail`` to resume reading where an earlier reader of it stopped (no record twice)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        tail = self.tail()
+        tail = tail or self.tail()
         delay = 0.005
         while True:
             got = False
@@ -431,19 +443,21 @@ class Job:
         """A JSON-ready summary for tables, the REST API and the sidebar."""
         state, status, terminal = self._derive_state()
         plan = self.spec.plan or {}
-        started = next((s.started for s in self.statuses() if s.state != State.PROVISIONING), None) \
-            if status else None
+        statuses = self.statuses() if status else []
+        started = next((s.started for s in statuses if s.state != State.PROVISIONING), None)
         ended = terminal.at if terminal else None
         elapsed = max(0.0, (ended or time.time()) - (started or self.spec.created))
-        price = plan.get("price_per_hour") or 0.0
+        cost = (terminal.cost if terminal and terminal.cost else None) or self._cost(ended, statuses)
         return {
             "id": self.id, "name": self.spec.name, "state": state.value, "attempt": status.attempt if status else 0,
             "backend": self.spec.backend, "kind": self.spec.kind,
             "machine": {"type": plan.get("machine_type"), "cores": plan.get("cores"),
-                        "memory_gb": plan.get("memory_gb"), "gpu": plan.get("gpu"), "spot": plan.get("spot"),
+                        "memory_gb": plan.get("memory_gb"), "gpu": plan.get("gpu"),
+                        "gpu_count": plan.get("gpu_count"), "spot": plan.get("spot"),
                         "zone": plan.get("zone")} if plan else None,
             "created": self.spec.created, "started": started, "ended": ended, "elapsed_s": round(elapsed, 1),
-            "cost_usd": round(price * elapsed / 3600.0, 4), "cost_per_hour_usd": price,
+            "cost_usd": round(cost["total"], 4), "cost_per_hour_usd": cost["per_hour"],
+            "saving_usd": round(cost["saving"], 4), "cost": cost,
             "progress": status.progress if status else None,
             "message": (terminal.reason if terminal else status.message if status else ""),
         }

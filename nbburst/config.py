@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from traitlets import Bool, Enum, Float, Int, Unicode
+from traitlets import Bool, Dict, Enum, Float, Int, Unicode
 from traitlets.config import Config, Configurable
 
 from .errors import UsageError
@@ -56,6 +56,8 @@ class NBBurst(Configurable):
     fallback_on_demand = Bool(False, help="Relaunch on a standard VM when spot capacity is out.").tag(config=True)
     owner = Unicode("", help="Owner label on machines (default: the user name).").tag(config=True)
     poll_interval = Float(0.25, help="Seconds between status polls while a cell waits.").tag(config=True)
+    prices = Dict(help="Price overrides merged over nbburst.pricing.DEFAULT_TABLE (same shape).").tag(config=True)
+    price_file = Unicode("", help="JSON file of price overrides (same shape as prices).").tag(config=True)
 
     def __init__(self, **kwargs: Any):
         self._sources: dict[str, str] = {}
@@ -93,6 +95,8 @@ def _coerce(name: str, raw: str) -> Any:
             return int(raw)
         if isinstance(trait, Float):
             return float(raw)
+        if isinstance(trait, Dict):
+            return json.loads(raw)
     except ValueError:
         raise UsageError(f"{name}: {raw!r} is not a valid {type(trait).__name__.lower()}") from None
     return raw

@@ -6,6 +6,10 @@ from __future__ import annotations
 class BurstError(Exception):
     """Base class of nbburst's own errors."""
 
+    def _render_traceback_(self) -> list[str]:
+        """IPython shows our errors as one clear line: the message is the whole story."""
+        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
+
 
 class UsageError(BurstError, ValueError):
     """An option or argument is wrong; nothing was launched."""
@@ -43,3 +47,6 @@ class RemoteError(BurstError):
         super().__init__(f"{type_name}: {message}")
         self.type_name = type_name
         self.remote_traceback = remote_traceback
+
+    def _render_traceback_(self) -> list[str]:
+        return [*self.remote_traceback.splitlines(), *super()._render_traceback_()]

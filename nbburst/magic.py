@@ -7,6 +7,7 @@ namespace, exactly as if the cell had run here.
 
 from __future__ import annotations
 
+import argparse
 import shlex
 import sys
 from typing import Any
@@ -20,6 +21,7 @@ from .capture import capture
 from .client import Burst, Job, raise_remote
 from .errors import UsageError
 from .job import State
+from .ui.tables import RECENT_JOBS, ConfigTable, JobsTable, select_infos
 
 
 def _parse(func: Any, line: str) -> Any:
@@ -45,6 +47,22 @@ def render_record(record: dict[str, Any]) -> None:
         publish_display_data(record.get("data", {}), record.get("metadata") or {})
     elif kind == "event":
         sys.stderr.write(record["x"] if record["x"].endswith("\n") else record["x"] + "\n")
+
+
+class _LineParser(argparse.ArgumentParser):
+    """argparse for %burst sub-commands: errors become UsageError, --help prints and returns."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> None:  # type: ignore[override]
+        if message:
+            print(message, file=sys.stderr)
+        raise _HelpShown()
+
+
+class _HelpShown(Exception):
+    pass
 
 
 @magics_class
@@ -88,23 +106,58 @@ class BurstMagics(Magics):
             "machine_type": args.machine_type, "gpu": args.gpu, "on_demand": args.on_demand, "zone": args.zone,
             "image": args.image, "image_family": args.image_family, "timeout": args.timeout,
             "max_restarts": args.max_restarts, "detach": args.detach, "out": args.out, "files": args.files,
-            "workers": args.workers}.items() if v not in (None, False)})
+            "workers": args.workers}.items() if v is not None and v is not False})
         code = self.shell.transform_cell(cell)
         cap = capture(code, self.shell.user_ns, opts.out, set(getattr(self.shell, "user_ns_hidden", ())))
         job = self.client.submit_cell(code, cap, opts)
         if opts.detach:
             print(f"nbburst: job {job.name} ({job.id}) submitted; `%burst attach {job.name}` brings its outputs in")
+            view = self._view(job)
+            if view is not None:
+                view.start("background")
             return job
         return self._wait_and_collect(job)
 
+    def _view(self, job: Job) -> Any:
+        """The live job view, shown in the cell; None outside a kernel (plain IPython, scripts)."""
+        from .ui.view import JobView, in_kernel
+
+        if not in_kernel(self.shell):
+            return None
+        try:
+            return JobView(job).show()
+        except Exception as exc:  # the view is a convenience: never fail the cell for it
+            print(f"nbburst: no live view ({type(exc).__name__}: {exc})", file=sys.stderr)
+            return None
+
     def _wait_and_collect(self, job: Job) -> Any:
         __tracebackhide__ = True
+        view = None
+
+        def on_record(record: dict[str, Any]) -> None:
+            render_record(record)
+            view.feed(record)
+
         try:
-            state = job.wait(on_record=render_record)
+            view = self._view(job)
+            if view is None:
+                state = job.wait(on_record=render_record)
+            else:
+                view.start("blocking")
+                state = job.wait(on_record=on_record, tail=view.tail)
         except KeyboardInterrupt:
-            print(f"\nnbburst: detached from job {job.name} ({job.id}); it keeps running. "
-                  f"`%burst attach {job.name}` brings its outputs in, `%burst cancel {job.name}` stops it.")
+            message = (f"nbburst: detached from job {job.name} ({job.id}); it keeps running. "
+                       f"`%burst attach {job.name}` brings its outputs in, `%burst cancel {job.name}` stops it.")
+            if view is not None:
+                view.background(message)
+            print("\n" + message)
             return None
+        except BaseException:
+            if view is not None:
+                view.detach()
+            raise
+        if view is not None:
+            view.finish()
         if state == State.FAILED and job.store.exists(job.layout.error):
             raise_remote(job.remote_error())
         outcome = job.outcome()
@@ -133,32 +186,49 @@ class BurstMagics(Magics):
         if handler is None:
             raise UsageError(f"%burst: unknown command {command!r}; use jobs, logs, attach, result, cancel, "
                              "preempt or config")
-        return handler(rest)
+        try:
+            return handler(rest)
+        except _HelpShown:
+            return None
 
     def _one_job(self, rest: list[str], command: str) -> Job:
         if not rest:
             raise UsageError(f"%burst {command}: name the job (id or --name), e.g. %burst {command} my-search")
         return self.client.job(rest[0])
 
-    def _cmd_jobs(self, rest: list[str]) -> None:
-        for info in (job.info() for job in self.client.jobs()):
-            machine = (info["machine"] or {}).get("type") or "-"
-            print(f"{info['id']:<26} {info['name'][:24]:<24} {info['state']:<12} {machine:<18} "
-                  f"{info['elapsed_s']:>8.1f}s  ${info['cost_usd']:.4f}")
+    def _cmd_jobs(self, rest: list[str]) -> JobsTable:
+        p = _LineParser(prog="%burst jobs", description="List jobs in the Store, newest first.")
+        p.add_argument("--all", action="store_true", help=f"all jobs (default: unfinished ones and the "
+                       f"{RECENT_JOBS} newest)")
+        p.add_argument("--state", help="only these states, comma-separated (running, failed, active, done, ...)")
+        args = p.parse_args(rest)
+        return JobsTable(select_infos(self.client, all_jobs=args.all, states=args.state), with_totals=True)
 
     def _cmd_logs(self, rest: list[str]) -> None:
-        job = self._one_job(rest, "logs")
-        attempt = int(rest[rest.index("--attempt") + 1]) if "--attempt" in rest else None
-        if "--follow" in rest or "-f" in rest:
-            job.wait(on_record=render_record, supervise=False)
+        p = _LineParser(prog="%burst logs", description="Print a job's output.")
+        p.add_argument("job")
+        p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+        p.add_argument("--attempt", type=int, help="only this attempt (1, 2, ...)")
+        args = p.parse_args(rest)
+        job = self.client.job(args.job)
+        if args.follow:
+            def show(record: dict[str, Any]) -> None:
+                if args.attempt is None or record.get("attempt") == args.attempt:
+                    render_record(record)
+
+            try:
+                job.wait(on_record=show, supervise=False)
+            except KeyboardInterrupt:
+                print(f"\nnbburst: stopped following job {job.name}; it keeps running")
         else:
-            print(job.logs(attempt), end="")
+            print(job.logs(args.attempt), end="")
 
     def _cmd_attach(self, rest: list[str]) -> Any:
         __tracebackhide__ = True
         return self._wait_and_collect(self._one_job(rest, "attach"))
 
     def _cmd_result(self, rest: list[str]) -> Any:
+        __tracebackhide__ = True
         job = self._one_job(rest, "result")
         outcome = job.outcome()
         return outcome.last if job.spec.kind == "call" else outcome.values
@@ -168,19 +238,23 @@ class BurstMagics(Magics):
         print(f"nbburst: job {job.name} is {job.cancel().value}")
 
     def _cmd_preempt(self, rest: list[str]) -> None:
-        job = self._one_job(rest, "preempt")
-        job.preempt()
+        p = _LineParser(prog="%burst preempt", description="Simulate an eviction of a job's machine.")
+        p.add_argument("job")
+        p.add_argument("--grace", type=float, default=3.0, help="seconds between the soft-off signal and power-off")
+        args = p.parse_args(rest)
+        job = self.client.job(args.job)
+        job.preempt(args.grace)
         print(f"nbburst: preempted the machine of job {job.name}; it will be relaunched")
 
-    def _cmd_config(self, rest: list[str]) -> None:
+    def _cmd_config(self, rest: list[str]) -> ConfigTable:
+        settings = self.client.settings
         for item in rest:
             key, sep, value = item.partition("=")
             if not sep:
                 raise UsageError(f"%burst config: write key=value, got {item!r}")
-            config.set_value(self.client.settings, key.strip(), value.strip(), "%burst config")
+            config.set_value(settings, key.strip(), value.strip(), "%burst config")
             self.overrides[key.strip()] = value.strip()
-            self.client._stores.clear()
-            self.client._machines.clear()
-        for name, entry in config.describe(self.client.settings).items():
-            print(f"{name:<20} {entry['value']!s:<40} ({entry['source']})")
+        if rest:
+            self._client = None  # a new session: Store, machines and key ring follow the new settings
+        return ConfigTable(config.describe(self.client.settings))
 

@@ -1,1 +1,38 @@
 pytest_plugins = ["nbburst.testing.pytest_plugin"]
+
+import os
+import signal
+
+import psutil
+import pytest
+
+
+def _agents_under(root: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            cmd = " ".join(proc.info["cmdline"] or [])
+        except psutil.Error:
+            continue
+        if "nbburst.agent" in cmd and root in cmd:
+            found.append(proc)
+    return found
+
+
+@pytest.fixture
+def burst_env(tmp_path, monkeypatch):
+    """A private Store and state folder for the local backend; fails if a machine outlives the test."""
+    root = tmp_path / "store"
+    state = tmp_path / "state"
+    monkeypatch.setenv("NBBURST_ROOT", str(root))
+    monkeypatch.setenv("NBBURST_STATE_DIR", str(state))
+    monkeypatch.setenv("NBBURST_BACKEND", "local")
+    monkeypatch.delenv("NBBURST_TIMEOUT", raising=False)
+    yield {"root": root, "state": state}
+    leftovers = _agents_under(str(root))
+    for proc in leftovers:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert not leftovers, f"machines left running after the test: {[p.pid for p in leftovers]}"

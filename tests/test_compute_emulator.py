@@ -13,7 +13,6 @@ import pytest
 import requests
 from google.api_core import exceptions
 from google.cloud import compute_v1
-from google.protobuf import duration_pb2
 
 from nbburst.testing import MetadataServer
 
@@ -108,7 +107,8 @@ def test_insert_with_request_id_is_idempotent(gce):
     again = gce.insert(instance("vm-a"), request_id=rid)  # a retried request: same operation
     assert again.name == first.name
     done = gce.wait(first)
-    assert done.operation_type == "insert" and done.target_link.endswith("/zones/us-central1-a/instances/vm-a")
+    assert done.operation_type == "insert"
+    assert done.target_link.endswith("/zones/us-central1-a/instances/vm-a")
     assert gce.list() == ["vm-a"]
     with pytest.raises(exceptions.Conflict, match="already exists"):
         gce.insert(instance("vm-a"))
@@ -129,8 +129,8 @@ def test_get_list_filter_and_stored_fields(gce):
     assert sorted(gce.list("scheduling.provisioningModel = SPOT")) == ["job-1-a", "job-1-b"]
     aggregated = gce.instances.aggregated_list(request=compute_v1.AggregatedListInstancesRequest(
         project=PROJECT, filter="labels.nbburst-job=two"))
-    assert [(zone, [i.name for i in scoped.instances]) for zone, scoped in aggregated if scoped.instances] == [
-        ("zones/us-central1-a", ["job-2-a"])]
+    found = [(zone, [i.name for i in scoped.instances]) for zone, scoped in aggregated if scoped.instances]
+    assert found == [("zones/us-central1-a", ["job-2-a"])]
 
     vm = gce.get("job-1-a")
     assert vm.status == "RUNNING"
@@ -152,8 +152,9 @@ def test_get_list_filter_and_stored_fields(gce):
 STARTUP = r"""
 echo "boot $(date +%s.%N)" >> boots.txt
 echo "startup says hello"
-curl -sf -H 'Metadata-Flavor: Google' "http://$GCE_METADATA_HOST/computeMetadata/v1/instance/name" > name.txt
-curl -s -o /dev/null -w '%{http_code}' "http://$GCE_METADATA_HOST/computeMetadata/v1/instance/name" > noheader.txt
+MD="http://$GCE_METADATA_HOST/computeMetadata/v1"
+curl -sf -H 'Metadata-Flavor: Google' "$MD/instance/name" > name.txt
+curl -s -o /dev/null -w '%{http_code}' "$MD/instance/name" > noheader.txt
 python - <<'PY'
 import json, os, urllib.request
 def md(path):
@@ -163,8 +164,8 @@ def md(path):
 import google.auth, google.auth.transport.requests
 creds, project = google.auth.default()
 creds.refresh(google.auth.transport.requests.Request())
-info = {k: md(k) for k in ["instance/zone", "instance/attributes/role", "instance/preempted", "project/project-id",
-                           "instance/image", "instance/machine-type"]}
+info = {k: md(k) for k in ["instance/zone", "instance/attributes/role", "instance/preempted",
+                           "project/project-id", "instance/image", "instance/machine-type"]}
 info["attributes"] = md("instance/attributes/").split()
 info["auth_project"], info["token"] = project, creds.token[:5]
 info["endpoint"] = os.environ["NBBURST_COMPUTE_ENDPOINT"]
@@ -235,7 +236,7 @@ def test_stop_start_reruns_startup_and_keeps_disk_delete_removes_it(gce, compute
 
 # Started by the startup script: a child that ignores the soft-off signal, so only the
 # hard-off after the grace period ends it.
-STUBBORN = """
+STUBBORN = r"""
 python -c 'import os, signal, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 open("stubborn.pid", "w").write(f"{os.getpid()}\n")
@@ -243,9 +244,9 @@ time.sleep(300)' &
 sleep 300
 """
 SHUTDOWN = """
-curl -sf -H 'Metadata-Flavor: Google' "http://$GCE_METADATA_HOST/computeMetadata/v1/instance/preempted" > preempted.txt
-curl -sf -H 'Metadata-Flavor: Google' \
-  "http://$GCE_METADATA_HOST/computeMetadata/v1/instance/maintenance-event" > event.txt
+MD="http://$GCE_METADATA_HOST/computeMetadata/v1"
+curl -sf -H 'Metadata-Flavor: Google' "$MD/instance/preempted" > preempted.txt
+curl -sf -H 'Metadata-Flavor: Google' "$MD/instance/maintenance-event" > event.txt
 echo >> preempted.txt
 """
 
@@ -336,7 +337,8 @@ def test_machine_or_accelerator_not_in_zone(gce):
                                          accelerator_count=1)]), zone="europe-west4-a")
     gce.create(instance("vm-t4", machine="n1-standard-4", accelerators=[compute_v1.AcceleratorConfig(
         accelerator_type=f"zones/{ZONE}/acceleratorTypes/nvidia-tesla-t4", accelerator_count=1)]))
-    assert gce.get("vm-t4").guest_accelerators[0].accelerator_type.endswith("/acceleratorTypes/nvidia-tesla-t4")
+    accelerator = gce.get("vm-t4").guest_accelerators[0]
+    assert accelerator.accelerator_type.endswith("/acceleratorTypes/nvidia-tesla-t4")
 
 
 def test_images_and_machine_types(compute_emulator):
@@ -403,14 +405,15 @@ def test_emulator_stop_leaves_no_process(tmp_path):
 
 def test_metadata_server_semantics():
     with MetadataServer({"instance/preempted": "FALSE", "instance/attributes": {"a": "1", "b-c": "2"},
-                         "instance/service-accounts/default/email": "sa@x"}) as md:
+                         "instance/service-accounts/default/email": "sa@x",
+                         "instance/service-accounts/sa@x/email": "sa@x"}) as md:
         url, flavor = md.url, {"Metadata-Flavor": "Google"}
         assert requests.get(url + "instance/preempted", timeout=5).status_code == 403
         assert requests.get(url + "instance/preempted", headers=flavor, timeout=5).text == "FALSE"
         assert requests.get(url + "instance/attributes/", headers=flavor, timeout=5).text == "a\nb-c\n"
         tree = requests.get(url + "instance/?recursive=true", headers=flavor, timeout=5).json()
         assert tree["attributes"] == {"a": "1", "b-c": "2"}
-        assert tree["serviceAccounts"]["default"]["email"] == "sa@x"
+        assert tree["serviceAccounts"] == {"default": {"email": "sa@x"}, "sa@x": {"email": "sa@x"}}
         assert requests.get(url + "instance/nope", headers=flavor, timeout=5).status_code == 404
 
         # wait_for_change hangs until the value changes

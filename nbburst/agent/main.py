@@ -102,11 +102,23 @@ class Agent:
 
     def commit_terminal(self, state: State, reason: str = "") -> State:
         """Write the job's end once; if someone else ended it first, theirs stands."""
+        terminal = Terminal(state, reason, self.attempt, by="agent")
+        terminal.cost = self._cost(terminal.at)
         try:
-            self.store.create(self.layout.terminal, Terminal(state, reason, self.attempt, by="agent").to_json())
+            self.store.create(self.layout.terminal, terminal.to_json())
             return state
         except AlreadyExists:
             return Terminal.from_json(self.store.get(self.layout.terminal)).state
+
+    def _cost(self, ended: float) -> dict[str, Any] | None:
+        """The job's cost over all attempts (see nbburst.pricing.job_cost); None if it cannot be known."""
+        try:
+            from ..pricing import job_cost
+
+            statuses = [Status.from_json(self.store.get(k)) for k in self.store.list(self.layout.status_prefix)]
+            return job_cost(self.spec, [s for s in statuses if s.attempt != self.attempt] + [self.status], ended)
+        except Exception:
+            return None
 
     # -- watchdog -------------------------------------------------------------
     def _watch(self) -> None:

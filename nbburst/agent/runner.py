@@ -117,6 +117,8 @@ def run(store: Store, layout: JobLayout, spec: JobSpec, key: bytes, channel: Cha
     from .. import reporting
 
     reporting._channel = channel
+    from .tqdm_hook import install as install_tqdm_hook  # tqdm bars in the cell feed the job's progress
+    install_tqdm_hook()
     stop = threading.Event()
     threading.Thread(target=_periodic_c_flush, args=(stop,), daemon=True).start()
     filename = cell_filename(spec.job_id)

@@ -51,8 +51,29 @@ class MachineInfo:
     labels: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass
+class Check:
+    """One finding of ``nbburst doctor``: what was checked, whether it is fine, and how to fix it."""
+
+    name: str
+    ok: bool
+    detail: str = ""
+    fix: str = ""
+    warning: bool = False  # not fine, but jobs can still run
+
+    @property
+    def level(self) -> str:
+        return "ok" if self.ok else "warn" if self.warning else "fail"
+
+
 class Machines(abc.ABC):
     backend: str
+
+    def doctor(self) -> list[Check]:
+        """Backend-specific health checks for ``nbburst doctor`` (credentials, API reachable, quota,
+        image, ...). Each check should be quick and must not create billable resources; raise
+        nothing: report failures as ``Check(ok=False, fix=...)``. The default has none."""
+        return []
 
     @abc.abstractmethod
     def plan(self, resources: Resources) -> Plan:

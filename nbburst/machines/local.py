@@ -21,7 +21,7 @@ import psutil
 from .. import config
 from ..errors import UnsupportedOption, UsageError
 from ..job import ENV_ATTEMPT, ENV_CPUS, ENV_JOB_KEY, ENV_MACHINE, JobSpec, Resources
-from .base import GONE, RUNNING, MachineInfo, Machines, Plan, machine_name
+from .base import GONE, RUNNING, Check, MachineInfo, Machines, Plan, machine_name
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                "VECLIB_MAXIMUM_THREADS", "LOKY_MAX_CPU_COUNT")
@@ -186,6 +186,28 @@ class LocalMachines(Machines):
             if job_id is None or info.job_id == job_id:
                 out.append(info)
         return out
+
+    def doctor(self) -> list[Check]:
+        checks = []
+        probe = subprocess.run([sys.executable, "-c", "import nbburst.agent.main, sys; print(sys.version.split()[0])"],
+                               capture_output=True, text=True, timeout=60)
+        checks.append(Check(
+            "python", probe.returncode == 0,
+            f"{sys.executable} (Python {probe.stdout.strip() or '?'}) runs the agent" if probe.returncode == 0
+            else f"{sys.executable} cannot import the agent: {probe.stderr.strip().splitlines()[-1:]}",
+            fix="" if probe.returncode == 0 else "reinstall nbburst in this environment (pip install nbburst)"))
+        cpus = available_cpus()
+        checks.append(Check("cpus", True, f"{len(cpus)} CPUs for local machines (--cores up to {len(cpus)})"))
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            probe_file = self.folder / ".doctor"
+            probe_file.write_text("ok")
+            probe_file.unlink()
+            checks.append(Check("machine registry", True, str(self.folder)))
+        except OSError as exc:
+            checks.append(Check("machine registry", False, f"{self.folder}: {exc}",
+                                fix="set a writable state_dir (c.NBBurst.state_dir or $NBBURST_STATE_DIR)"))
+        return checks
 
     def console(self, name: str) -> str:
         try:

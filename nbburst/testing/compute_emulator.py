@@ -50,6 +50,7 @@ from nbburst.testing.metadata_emulator import MetadataServer
 log = logging.getLogger("nbburst.testing")
 
 ACTIVE = ("PROVISIONING", "STAGING", "RUNNING", "STOPPING")
+MAX_OPERATIONS = 10000
 
 
 class ComputeEmulator(LifecycleMixin):
@@ -119,14 +120,16 @@ class ComputeEmulator(LifecycleMixin):
             inst.hard_kill()
         for pid in scan_processes(f"{self._uid}/", ()):
             kill(pid)
-        for p in self._procs:
+        with self._lock:
+            procs, threads = list(self._procs), list(self._threads)
+        for p in procs:
             reap(p)
         for inst in instances:
             if inst.metadata:
                 inst.metadata.stop()
         self._httpd.shutdown()
         self._httpd.server_close()
-        for t in self._threads:
+        for t in threads:
             if t is not threading.current_thread():
                 t.join(timeout=5)
         atexit.unregister(self.stop)
@@ -510,6 +513,10 @@ class ComputeEmulator(LifecycleMixin):
         self._ops[(inst.project, inst.zone, name)] = op
         if request_id:
             self._request_ids[(inst.project, request_id)] = (inst.project, inst.zone, name)
+        if len(self._ops) > MAX_OPERATIONS:  # forget the oldest finished ones, as GCE does eventually
+            for key in [k for k, o in self._ops.items() if o["status"] == "DONE"][: MAX_OPERATIONS // 10]:
+                del self._ops[key]
+            self._request_ids = {k: v for k, v in self._request_ids.items() if v in self._ops}
         return op
 
     def _system_op(self, inst: Instance, op_type: str, message: str | None) -> None:

@@ -280,5 +280,6 @@ class LifecycleMixin:
     def _start_script(self, inst: Instance, key: str, script: str):
         """Start a metadata script; call under the lock, after checking `_closing`."""
         proc = inst.run_script(key, script, self._instance_env(inst))
+        self._procs = [p for p in self._procs if p.returncode is None]
         self._procs.append(proc)
         return proc

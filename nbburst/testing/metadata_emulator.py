@@ -230,10 +230,10 @@ def _camel(key: str) -> str:
 
 
 def _recursive(node, parts: list[str]):
-    """JSON of a subtree as the real server gives it: camelCase keys (not attribute names),
-    directories of 0, 1, 2... as lists, callables (tokens) left out."""
+    """JSON of a subtree as the real server gives it: camelCase keys (but not attribute names
+    nor service account emails), directories 0, 1, 2... as lists, callables (tokens) left out."""
     if isinstance(node, dict):
-        keep_keys = bool(parts) and parts[-1] == "attributes"
+        keep_keys = bool(parts) and parts[-1] in ("attributes", "service-accounts")
         items = {k: v for k, v in node.items() if not callable(v)}
         if items and all(k.isdigit() for k in items):
             return [_recursive(items[k], parts + [k]) for k in sorted(items, key=int)]

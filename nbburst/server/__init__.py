@@ -1,0 +1,106 @@
+"""The Jupyter server extension: a REST API for the "Burst jobs" sidebar, and the hosted supervisor.
+
+Enabled by ``jupyter-config/server-config/nbburst.json`` (installed into
+``etc/jupyter/jupyter_server_config.d``). Settings are nbburst's own
+(``c.NBBurst.*`` in the server's config, ``NBBURST_*`` variables, see
+:mod:`nbburst.config`) plus two of the server extension itself::
+
+    c.NBBurstServer.supervise = True          # relaunch preempted detached jobs
+    c.NBBurstServer.supervise_interval = 5.0  # seconds between passes
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from traitlets import Bool, Float, Int
+from traitlets.config import Configurable
+
+log = logging.getLogger("nbburst.server")
+
+
+class NBBurstServer(Configurable):
+    """Settings of the nbburst Jupyter server extension."""
+
+    supervise = Bool(True, help="Relaunch preempted jobs that no kernel is waiting for.").tag(config=True)
+    supervise_interval = Float(5.0, help="Seconds between two passes of the hosted supervisor.").tag(config=True)
+    threads = Int(4, help="Threads for Store calls made by the REST API.").tag(config=True)
+
+
+class Extension:
+    """What the extension owns: the jobs manager, its thread pool and the hosted supervisor."""
+
+    def __init__(self, serverapp: Any):
+        from .. import config
+        from ..client import Burst
+        from .manager import JobsManager
+        from .supervisor_host import HostedSupervisor
+
+        self.serverapp = serverapp
+        self.options = NBBurstServer(config=serverapp.config)
+        self.executor = ThreadPoolExecutor(max_workers=max(1, self.options.threads),
+                                           thread_name_prefix="nbburst-api")
+        self.manager: JobsManager | None = None
+        self.problem = ""
+        self.where = ""
+        self.supervisor: HostedSupervisor | None = None
+        try:
+            settings = config.load(serverapp.config)
+            self.where = config.store_url(settings)
+            self.manager = JobsManager(Burst(settings))
+        except Exception as exc:  # a bad setting must not take the server down: the API reports it
+            self.problem = str(exc)
+            log.error("nbburst: cannot configure the server extension: %s", exc)
+        if self.manager is not None and self.options.supervise:
+            self.supervisor = HostedSupervisor(self.manager, self.options.supervise_interval, alive=self._server_alive)
+        self.stopped = False
+
+    def _server_alive(self) -> bool:
+        """False once the server stops (its event loop is closed) even if no stop hook ran."""
+        if self.stopped or getattr(self.serverapp, "_stopping", False):
+            return False
+        loop = getattr(getattr(self.serverapp, "io_loop", None), "asyncio_loop", None)
+        return loop is None or not loop.is_closed()
+
+    def start(self) -> None:
+        if self.supervisor is not None:
+            self.supervisor.start()
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        """Stop the supervisor (after the job in hand) and the thread pool; idempotent."""
+        if self.stopped:
+            return
+        self.stopped = True
+        if self.supervisor is not None:
+            self.supervisor.stop()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        atexit.unregister(self.stop)
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    from .handlers import SETTINGS_KEY, handlers
+
+    web_app = serverapp.web_app
+    previous = web_app.settings.get(SETTINGS_KEY)
+    if previous is not None:
+        previous.stop()
+    extension = Extension(serverapp)
+    web_app.settings[SETTINGS_KEY] = extension
+    web_app.add_handlers(".*$", handlers(web_app.settings["base_url"]))
+    extension.start()
+    serverapp.log.info("nbburst: REST API at /nbburst/api/, jobs in %s, hosted supervisor %s",
+                       extension.where or "(not configured)",
+                       "on" if extension.supervisor else "off")
+
+
+def stop(serverapp: Any) -> None:
+    """Stop the extension of ``serverapp`` (embedders and tests; a server that exits stops it itself)."""
+    from .handlers import SETTINGS_KEY
+
+    extension = serverapp.web_app.settings.get(SETTINGS_KEY)
+    if extension is not None:
+        extension.stop()

@@ -1,0 +1,141 @@
+"""REST handlers under ``/nbburst/api/``: jobs, one job, its logs, cancel, configuration.
+
+Every handler requires an authenticated (and authorized) user. Store calls
+block, so they run in the extension's thread pool and the server stays
+responsive. Errors are JSON: ``{"message": ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+from tornado.ioloop import IOLoop
+
+from ..errors import BurstError, JobNotFound, UsageError
+from .manager import JobsManager
+
+API = "nbburst/api"
+SETTINGS_KEY = "nbburst"
+
+log = logging.getLogger("nbburst.server")
+
+
+class ApiError(web.HTTPError):
+    """An error answered as ``{"message": ...}`` with ``status``."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(status)
+        self.message = message
+
+
+class BurstHandler(APIHandler):
+    auth_resource = "nbburst"
+
+    @property
+    def nbburst(self) -> Any:
+        return self.settings[SETTINGS_KEY]
+
+    @property
+    def manager(self) -> JobsManager:
+        manager = self.nbburst.manager
+        if manager is None:
+            raise ApiError(500, f"nbburst is not configured: {self.nbburst.problem}")
+        return manager
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in the thread pool, with nbburst's errors mapped to HTTP statuses."""
+        executor: Executor = self.nbburst.executor
+        try:
+            return await IOLoop.current().run_in_executor(executor, fn, *args)
+        except JobNotFound as exc:
+            raise ApiError(404, str(exc)) from None
+        except UsageError as exc:
+            raise ApiError(400, str(exc)) from None
+        except BurstError as exc:
+            raise ApiError(500, str(exc)) from None
+        except RuntimeError as exc:
+            if "shutdown" in str(exc):  # the executor is closed: the server is stopping
+                raise ApiError(503, "the server is shutting down") from None
+            raise
+
+    def reply(self, data: Any) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(data))
+
+    def int_arg(self, name: str, default: int | None, minimum: int) -> int | None:
+        raw = self.get_query_argument(name, None)
+        if raw is None or raw == "":
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ApiError(400, f"{name} must be an integer, not {raw!r}") from None
+        if value < minimum:
+            raise ApiError(400, f"{name} must be at least {minimum}, not {value}")
+        return value
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = (kwargs.get("exc_info") or (None, None, None))[1]
+        if isinstance(exc, ApiError):
+            self.reply({"message": exc.message})
+        elif exc is None or isinstance(exc, web.HTTPError):
+            super().write_error(status_code, **kwargs)  # {"message": "Forbidden", ...}
+        else:  # already logged with its traceback by tornado
+            self.reply({"message": f"{type(exc).__name__}: {exc}"})
+
+
+class JobsHandler(BurstHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        state = self.get_query_argument("state", "all")
+        if state not in ("all", "running"):
+            raise ApiError(400, f"state must be 'running' or 'all', not {state!r}")
+        self.reply({"jobs": await self.run(self.manager.list, state)})
+
+
+class JobHandler(BurstHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, ref: str) -> None:
+        self.reply(await self.run(self.manager.detail, ref))
+
+    @web.authenticated
+    @authorized
+    async def delete(self, ref: str) -> None:
+        self.reply(await self.run(self.manager.cancel, ref))
+
+
+class LogsHandler(BurstHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, ref: str) -> None:
+        attempt = self.int_arg("attempt", None, 1)
+        offset = self.int_arg("offset", 0, 0)
+        self.reply(await self.run(self.manager.logs, ref, attempt, offset))
+
+
+class ConfigHandler(BurstHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.reply({"values": await self.run(self.manager.config_values)})
+
+
+def handlers(base_url: str) -> list[tuple[str, type[BurstHandler]]]:
+    root = url_path_join(base_url, API)
+    return [
+        (url_path_join(root, "jobs") + "/?", JobsHandler),
+        (url_path_join(root, "jobs", r"(?P<ref>[^/]+)", "logs") + "/?", LogsHandler),
+        (url_path_join(root, "jobs", r"(?P<ref>[^/]+)") + "/?", JobHandler),
+        (url_path_join(root, "config") + "/?", ConfigHandler),
+    ]

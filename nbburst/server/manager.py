@@ -1,0 +1,202 @@
+"""What the REST handlers and the hosted supervisor ask of the Store, with caches.
+
+Every method here blocks on Store I/O: the handlers call them in a thread pool.
+Two facts keep repeated polling cheap, even on GCS: a terminal job never
+changes again (its summary is cached), and log chunks are immutable (their
+rendered length is cached, so a tail reads only the chunks it has not seen).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from .. import config
+from ..client import Burst, Job, render_text
+from ..errors import JobNotFound, UsageError
+from ..job import JobLayout, decode_records, jobs_prefix, valid_job_id
+from ..store import NotFound
+
+#: The most log text one response carries (characters); the client pages with next_offset.
+MAX_LOG_CHARS = 256 * 1024
+#: Rendered chunk texts kept in memory (characters, summed).
+TEXT_CACHE_CHARS = 8 * 1024 * 1024
+
+log = logging.getLogger("nbburst.server")
+
+
+class JobsManager:
+    """The server's view of the jobs in the configured Store."""
+
+    def __init__(self, burst: Burst):
+        self.burst = burst
+        self._lock = threading.Lock()
+        self._jobs: dict[str, Job] = {}  # id -> handle (its spec is cached in it)
+        self._final: dict[str, dict[str, Any]] = {}  # id -> info() of a terminal job
+        self._chunk_len: dict[str, int] = {}  # log chunk key -> rendered length
+        self._chunk_text: OrderedDict[str, str] = OrderedDict()
+        self._text_chars = 0
+
+    @property
+    def settings(self) -> config.NBBurst:
+        return self.burst.settings
+
+    # -- jobs --------------------------------------------------------------------
+    def jobs(self) -> list[Job]:
+        """Every job in the Store (unordered)."""
+        store = self.burst.store
+        ids = [d for d in store.list_dirs(jobs_prefix()) if valid_job_id(d)]
+        out = []
+        for job_id in ids:
+            with self._lock:
+                job = self._jobs.get(job_id)
+            if job is None:
+                if not store.exists(JobLayout(job_id).spec):
+                    continue  # being written, or a leftover of a failed submission
+                job = Job(self.burst, job_id, store)
+                with self._lock:
+                    self._jobs[job_id] = job
+            out.append(job)
+        present = set(ids)
+        with self._lock:
+            for gone in [i for i in self._jobs if i not in present]:  # deleted (nbburst gc)
+                self._jobs.pop(gone, None)
+                self._final.pop(gone, None)
+        return out
+
+    def is_final(self, job_id: str) -> bool:
+        with self._lock:
+            return job_id in self._final
+
+    def info(self, job: Job) -> dict[str, Any]:
+        with self._lock:
+            cached = self._final.get(job.id)
+        if cached is not None:
+            return dict(cached)
+        info = job.info()
+        if info["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            with self._lock:
+                self._final[job.id] = dict(info)
+        return info
+
+    def list(self, state: str = "all") -> list[dict[str, Any]]:
+        """Summaries of the jobs, newest first; ``running`` keeps the unfinished ones."""
+        if state not in ("all", "running"):
+            raise UsageError(f"state must be 'running' or 'all', not {state!r}")
+        infos = []
+        for job in self.jobs():
+            if state == "running" and self.is_final(job.id):
+                continue
+            try:
+                info = self.info(job)
+            except (JobNotFound, NotFound):
+                continue  # deleted while we looked
+            except Exception:
+                log.warning("nbburst: cannot read job %s", job.id, exc_info=True)
+                continue
+            if state == "running" and info["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                continue
+            infos.append(info)
+        infos.sort(key=lambda i: (i["created"] or 0.0, i["id"]), reverse=True)
+        return infos
+
+    def job(self, ref: str) -> Job:
+        """A job by id or name; :class:`JobNotFound` otherwise."""
+        if valid_job_id(ref):
+            with self._lock:
+                job = self._jobs.get(ref)
+            if job is not None:
+                return job
+        job = self.burst.job(ref)
+        with self._lock:
+            return self._jobs.setdefault(job.id, job)
+
+    def detail(self, ref: str) -> dict[str, Any]:
+        job = self.job(ref)
+        info = self.info(job)
+        statuses = job.statuses()
+        attempts = [{"attempt": s.attempt, "state": s.state.value, "started": s.started, "machine": s.machine}
+                    for s in statuses]
+        if attempts:  # the latest attempt ends as the job does (a client-side cancel does not rewrite it)
+            attempts[-1]["state"] = info["state"]
+        return {**info, "attempts": attempts}
+
+    def cancel(self, ref: str) -> dict[str, Any]:
+        job = self.job(ref)
+        state = job.cancel()
+        return {"id": job.id, "state": state.value}
+
+    # -- logs ------------------------------------------------------------------------
+    def logs(self, ref: str, attempt: int | None = None, offset: int = 0) -> dict[str, Any]:
+        """A slice of one attempt's log as text, from a character offset."""
+        job = self.job(ref)
+        # Read the verdict BEFORE the log: the agent ships its last chunk before it commits.
+        complete = self.is_final(job.id) or job.terminal() is not None
+        store = job.store
+        attempts = _attempts(store.list(job.layout.status_prefix))
+        latest = attempts[-1] if attempts else 1
+        if attempt is None:
+            attempt = latest
+        elif attempt > latest:
+            raise JobNotFound(f"no attempt {attempt} of job {job.id}: it has {latest}")
+        text, offset = self._slice(store, store.list(job.layout.attempt_logs(attempt)), offset)
+        return {"attempt": attempt, "attempts": attempts, "offset": offset, "next_offset": offset + len(text),
+                "text": text, "complete": complete or attempt < latest}
+
+    def _slice(self, store: Any, keys: list[str], offset: int) -> tuple[str, int]:
+        """``(text, offset)``: the rendered log from ``offset`` (clamped to its length), at most MAX_LOG_CHARS."""
+        parts: list[str] = []
+        pos = 0  # rendered characters before the current chunk
+        wanted = MAX_LOG_CHARS
+        for key in keys:
+            length = self._chunk_len.get(key)
+            if length is not None and pos + length <= offset:
+                pos += length
+                continue
+            text = self._chunk(store, key)
+            length = len(text)
+            if pos + length > offset and wanted > 0:
+                piece = text[max(0, offset - pos):][:wanted]
+                parts.append(piece)
+                wanted -= len(piece)
+            pos += length
+            if wanted <= 0:
+                break
+        if not parts and offset > pos:
+            offset = pos
+        return "".join(parts), offset
+
+    def _chunk(self, store: Any, key: str) -> str:
+        with self._lock:
+            text = self._chunk_text.get(key)
+            if text is not None:
+                self._chunk_text.move_to_end(key)
+                return text
+        try:
+            text = "".join(render_text(r) for r in decode_records(store.get(key)))
+        except NotFound:
+            return ""  # the job is being deleted
+        with self._lock:
+            self._chunk_len[key] = len(text)
+            self._chunk_text[key] = text
+            self._text_chars += len(text)
+            while self._text_chars > TEXT_CACHE_CHARS and len(self._chunk_text) > 1:
+                _, old = self._chunk_text.popitem(last=False)
+                self._text_chars -= len(old)
+        return text
+
+    # -- configuration --------------------------------------------------------------------
+    def config_values(self) -> dict[str, Any]:
+        return config.describe(self.settings)
+
+
+def _attempts(status_keys: list[str]) -> list[int]:
+    """Attempt numbers from ``.../status/0001.json`` keys."""
+    out = set()
+    for key in status_keys:
+        stem = key.rsplit("/", 1)[-1].split(".", 1)[0]
+        if stem.isdigit():
+            out.add(int(stem))
+    return sorted(out)

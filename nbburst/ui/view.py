@@ -1,0 +1,382 @@
+"""The live job view: an ipywidgets panel that follows one job.
+
+    name · id · machine (type, vCPUs, memory, GPU, spot/on-demand, zone)
+    RUNNING · attempt 1 · 1m 05s · $0.0123 · $0.76/h
+    [#########-------]  fit 450/1000 (45%)
+    last lines of the log
+    > Full log
+    [Cancel] [Detach]
+
+and, once the job ends, a one-line summary (state, duration, cost, saving
+versus on-demand).
+
+One background thread per view does every widget update (FIELD-NOTES: comm
+messages are thread-safe; ``Output.append_stdout``, never ``with out:`` from a
+thread). The view runs in one of these modes:
+
+- ``blocking``: the cell waits in ``Job.wait`` and hands each log record to
+  :meth:`JobView.feed`; the thread renders them with the status, cost and progress.
+- ``background``: nobody waits (``--detach``, or after an interrupt): the thread
+  reads the log itself, supervises the job (relaunch after preemption) and ends
+  with the summary.
+- ``detached`` / ``done``: the thread has stopped; the widgets keep their last state.
+
+Button callbacks run only while the kernel is idle, so Cancel and Detach act
+on background views; a waiting cell is detached with the kernel's interrupt.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..client import LogTail, render_text
+from ..job import State
+from ..options import format_duration
+from ..pricing import usd
+from .tables import STATE_COLORS, machine_text
+
+if TYPE_CHECKING:
+    from ..client import Job
+
+TICK_SECONDS = 0.25  # widget refresh
+INFO_SECONDS = 1.0  # status/cost reads from the Store
+FULL_LOG_SECONDS = 2.0  # the full-log Output resends all its outputs on every append: batch them
+TAIL_LINES = 12
+FULL_LOG_LIMIT = 256 * 1024  # characters kept in the full-log widget; `%burst logs` has everything
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_SYMBOLS = {"SUCCEEDED": "✔", "FAILED": "✖", "CANCELLED": "■"}
+
+_VIEWS: dict[str, JobView] = {}  # job id -> its live view in this kernel
+_VIEWS_LOCK = threading.Lock()
+
+
+def _classes(name: str) -> tuple[str, ...]:
+    return ("nbburst", name)
+
+
+class JobView:
+    def __init__(self, job: Job, tail: LogTail | None = None):
+        import ipywidgets as w
+
+        self.job = job
+        self.tail = tail or job.tail()
+        self.mode = "idle"
+        self._lock = threading.Lock()
+        self._pending: list[dict[str, Any]] = []
+        self._lines: list[str] = [""]
+        self._log_buffer: list[str] = []
+        self._log_chars = 0
+        self._log_flushed = 0.0
+        self._info: dict[str, Any] = job.info()
+        self._info_wall = time.time()
+        self._info_mono = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._done = False
+        self._cancelling = False
+        self._last_tail = self._last_status = ""
+        self.error: BaseException | None = None
+        self._handle: Any = None
+
+        self.header = w.HTML(self._header_html(), _dom_classes=_classes("nbburst-header"))
+        self.status = w.HTML("", _dom_classes=_classes("nbburst-state"))
+        self.bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(width="50%"),
+                                   _dom_classes=_classes("nbburst-progress"))
+        self.bar_label = w.HTML("", _dom_classes=_classes("nbburst-progress-label"))
+        self.progress_box = w.HBox([self.bar, self.bar_label], layout=w.Layout(display="none"))
+        self.tail_html = w.HTML("", _dom_classes=_classes("nbburst-tail"))
+        self.full_log = w.Output(_dom_classes=_classes("nbburst-log"),
+                                 layout=w.Layout(max_height="24em", overflow="auto"))
+        self.log_box = w.Accordion(children=[self.full_log], titles=("Full log",), selected_index=None)
+        self.cancel_button = w.Button(description="Cancel", icon="stop", button_style="danger",
+                                      tooltip="Stop the job and delete its machine",
+                                      _dom_classes=_classes("nbburst-cancel"))
+        self.detach_button = w.Button(description="Detach", icon="unlink",
+                                      tooltip="Stop following; the job keeps running (`%burst attach` shows it "
+                                              "again). While the cell waits, interrupt the kernel to detach.",
+                                      _dom_classes=_classes("nbburst-detach"))
+        self.buttons = w.HBox([self.cancel_button, self.detach_button])
+        self.note = w.HTML("", _dom_classes=_classes("nbburst-note"))
+        self.summary = w.HTML("", _dom_classes=_classes("nbburst-summary"), layout=w.Layout(display="none"))
+        self.widget = w.VBox([self.header, self.status, self.progress_box, self.tail_html, self.log_box,
+                              self.buttons, self.note, self.summary], _dom_classes=_classes("nbburst-view"),
+                             layout=w.Layout(border="1px solid #d1d5db", padding="4px 8px"))
+        self.cancel_button.on_click(lambda _b: self.cancel())
+        self.detach_button.on_click(lambda _b: self.detach())
+        self._render_status()
+
+    # -- life cycle ------------------------------------------------------------------------
+    def show(self) -> JobView:
+        """Display the view in the current cell; frontends without widgets see a text line instead."""
+        from IPython.display import display
+
+        self._handle = display(self._bundle(), raw=True, display_id=True)
+        return self
+
+    def _bundle(self, text: str = "") -> dict[str, Any]:
+        data = dict(self.widget._repr_mimebundle_() or {})
+        i = self._info
+        data["text/plain"] = text or f"nbburst job {i['name']} ({i['id']}) on {machine_text(i)}"
+        return data
+
+    def start(self, mode: str = "blocking") -> JobView:
+        """Start the updater thread; ``blocking`` when the cell feeds records, else ``background``."""
+        with _VIEWS_LOCK:
+            old = _VIEWS.get(self.job.id)
+            _VIEWS[self.job.id] = self
+        if old is not None and old is not self:
+            old.detach(note="another view of this job took over")
+        self.mode = mode
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"nbburst-view-{self.job.id}", daemon=True)
+        self._thread.start()
+        return self
+
+    def feed(self, record: dict[str, Any]) -> None:
+        """A log record the waiting cell read (blocking mode); rendered by the thread."""
+        with self._lock:
+            self._pending.append(record)
+
+    def background(self, note: str = "") -> None:
+        """The cell stopped waiting (interrupt): follow the job from the thread from now on."""
+        self.mode = "background"
+        if note:
+            self.note.value = note
+        if self._thread is None or not self._thread.is_alive():
+            self.start("background")
+
+    def finish(self) -> None:
+        """The cell's wait returned (blocking mode): render the last records and the summary."""
+        self._halt()
+        self._tick(force_info=True)
+        self._render_done()
+
+    def detach(self, note: str = "") -> None:
+        """Stop following the job; it keeps running."""
+        if self._done:
+            return
+        self._halt()
+        self.mode = "detached"
+        self.detach_button.disabled = True
+        name = self.job.name
+        self.note.value = html.escape(note or f"Detached: job {name} keeps running. "
+                                      f"`%burst attach {name}` follows it again and brings its outputs in; "
+                                      f"`%burst cancel {name}` stops it.")
+
+    def cancel(self) -> None:
+        """Cancel the job (in a worker: it waits for the machine to go)."""
+        if self._done or self._cancelling:
+            return
+        self._cancelling = True
+        self.cancel_button.disabled = True
+        self.note.value = "Cancelling…"
+        if self.mode in ("idle", "detached"):
+            self.start("background")  # someone has to render the end
+
+        def work() -> None:
+            try:
+                self.job.cancel()
+            except Exception as exc:
+                self.error = exc
+                self.note.value = html.escape(f"Cancel failed: {exc}")
+
+        threading.Thread(target=work, name=f"nbburst-cancel-{self.job.id}", daemon=True).start()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _halt(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5)
+
+    # -- the updater thread -------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._tick()
+                if self.mode == "background" and State(self._info["state"]).terminal:
+                    self._tick(force_info=True)  # the last log chunks
+                    self._render_done()
+                    return
+            except Exception as exc:  # a flaky Store must not kill the view: show it, retry
+                self.error = exc
+                self.note.value = html.escape(f"(view: {type(exc).__name__}: {exc}; retrying)")
+            self._stop.wait(TICK_SECONDS)
+
+    def _tick(self, force_info: bool = False) -> None:
+        if self.mode == "background":
+            for record in self.tail.poll():
+                self.feed(record)
+        now = time.monotonic()
+        if force_info or now - self._info_mono >= INFO_SECONDS:
+            if self.mode == "background":
+                try:
+                    self.job.supervise()
+                except Exception:
+                    pass
+            self._info, self._info_wall, self._info_mono = self.job.info(), time.time(), now
+        self._render_logs(force=force_info)
+        self._render_status()
+
+    # -- rendering ------------------------------------------------------------------------------
+    def _header_html(self) -> str:
+        i = self._info
+        name = f"<b>{html.escape(i['name'])}</b> · " if i["name"] != i["id"] else ""
+        return (f"<div style='line-height:1.4'>{name}<code>{html.escape(i['id'])}</code> · "
+                f"{html.escape(machine_text(i, long=True))}</div>")
+
+    def _live_numbers(self) -> tuple[float, float]:
+        """Elapsed wall time and cost, extrapolated from the last Store read."""
+        i = self._info
+        terminal = State(i["state"]).terminal
+        drift = 0.0 if terminal else max(0.0, time.time() - self._info_wall)
+        elapsed = (i.get("ended") or (self._info_wall + drift)) - i["created"]
+        cost = (i.get("cost_usd") or 0.0)
+        if i["state"] in ("PROVISIONING", "RUNNING"):
+            cost += (i.get("cost_per_hour_usd") or 0.0) * drift / 3600.0
+        return max(0.0, elapsed), cost
+
+    def _render_status(self) -> None:
+        i = self._info
+        elapsed, cost = self._live_numbers()
+        color = STATE_COLORS.get(i["state"], "inherit")
+        parts = [f"<b style='color:{color}'>{i['state']}</b>", f"attempt {max(1, i.get('attempt') or 1)}",
+                 format_duration(elapsed)]
+        if i.get("backend") == "local":
+            parts.append(f"{usd(0.0)} · local")
+        else:
+            parts.append(f"{usd(cost)} · {usd(i.get('cost_per_hour_usd') or 0.0)}/h")
+        message = i.get("message") or ""
+        if message and not State(i["state"]).terminal:
+            parts.append(f"<span style='color:#6b7280'>{html.escape(message)}</span>")
+        value = " · ".join(parts)
+        if value != self._last_status:
+            self.status.value = self._last_status = value
+        self._render_progress(i.get("progress"))
+
+    def _render_progress(self, progress: dict[str, Any] | None) -> None:
+        if not progress or progress.get("done") is None:
+            return
+        done, total, desc = progress.get("done") or 0, progress.get("total"), progress.get("desc") or ""
+        if total:
+            fraction = max(0.0, min(1.0, float(done) / float(total)))
+            label = f"{html.escape(desc)} {done:g}/{total:g} ({fraction * 100:.0f}%)".strip()
+            if self.bar.value != fraction:
+                self.bar.value = fraction
+            if self.bar.bar_style != ("success" if fraction >= 1 else ""):
+                self.bar.bar_style = "success" if fraction >= 1 else ""
+        else:
+            label = f"{html.escape(desc)} {done:g}".strip()
+            self.bar.bar_style = "info"
+        if self.bar_label.value != label:
+            self.bar_label.value = label
+        if self.progress_box.layout.display == "none":
+            self.progress_box.layout.display = None
+
+    def _add_tail_text(self, text: str) -> None:
+        text = _ANSI.sub("", text)
+        for n, part in enumerate(text.split("\n")):
+            if n:
+                self._lines.append("")
+            segments = part.split("\r")
+            current = self._lines[-1] + segments[0]
+            for seg in segments[1:]:
+                if seg:
+                    current = seg  # a carriage return rewrites the line (tqdm in a terminal)
+            self._lines[-1] = current
+        if len(self._lines) > TAIL_LINES * 4:
+            del self._lines[: -TAIL_LINES * 2]
+
+    def _render_logs(self, force: bool = False) -> None:
+        with self._lock:
+            records, self._pending = self._pending, []
+        for record in records:
+            text = render_text(record)
+            if not text:
+                continue
+            self._add_tail_text(text)
+            if self._log_chars < FULL_LOG_LIMIT:
+                self._log_buffer.append(text)
+                self._log_chars += len(text)
+                if self._log_chars >= FULL_LOG_LIMIT:
+                    name = self.job.name
+                    self._log_buffer.append(f"\n… the log goes on: `%burst logs {name}` or "
+                                            f"`nbburst logs {name}` shows all of it\n")
+        lines = self._lines[-TAIL_LINES:] if self._lines[-1] else self._lines[-TAIL_LINES - 1:-1]
+        tail = "\n".join(lines)
+        if tail != self._last_tail:
+            self._last_tail = tail
+            self.tail_html.value = (
+                "<pre style='margin:2px 0;max-height:16em;overflow:auto;font-size:85%;line-height:1.25;"
+                f"background:#f9fafb;padding:2px 4px'>{html.escape(tail)}</pre>" if tail else "")
+        now = time.monotonic()
+        if self._log_buffer and (force or now - self._log_flushed >= FULL_LOG_SECONDS):
+            text, self._log_buffer = "".join(self._log_buffer), []
+            self.full_log.append_stdout(text)
+            self._log_flushed = now
+
+    def _render_done(self) -> None:
+        i = self._info
+        state = i["state"]
+        elapsed, cost = self._live_numbers()
+        c = i.get("cost") or {}
+        what = f"{_SYMBOLS.get(state, '')} <b style='color:{STATE_COLORS.get(state, 'inherit')}'>{state}</b>"
+        verb = "in" if state == "SUCCEEDED" else "after"
+        parts = [f"{what} {verb} {format_duration(elapsed)}", html.escape(machine_text(i))]
+        if i.get("backend") == "local":
+            parts.append(f"{usd(0.0)} (local)")
+        else:
+            money = usd(cost)
+            if c.get("saving"):
+                pct = 100.0 * c["saving"] / c["on_demand"] if c.get("on_demand") else 0.0
+                money += f", saved {usd(c['saving'])} ({pct:.0f}%) vs on-demand"
+            parts.append(money)
+        if i.get("attempt", 0) > 1:
+            parts.append(f"{i['attempt']} attempts")
+        summary = " · ".join(parts)
+        if state != "SUCCEEDED" and i.get("message"):
+            summary += f"<br><span style='color:#6b7280'>{html.escape(i['message'])}</span>"
+        if self.mode == "background" and state == "SUCCEEDED":
+            summary += (f"<br><span style='color:#6b7280'>`%burst attach {html.escape(i['name'])}` or "
+                        f"`job.result()` brings its outputs in</span>")
+        self.summary.value = summary
+        self.summary.layout.display = None
+        if self._handle is not None:  # static renderings (nbconvert, text frontends) get the summary too
+            try:
+                self._handle.update(self._bundle(f"nbburst job {i['name']} ({i['id']}): "
+                                                 + re.sub(r"<[^>]+>", "", summary.replace("<br>", "; "))), raw=True)
+            except Exception:
+                pass
+        self.buttons.layout.display = "none"
+        self.tail_html.layout.display = "none"
+        self.status.layout.display = "none"
+        if self._cancelling or self.note.value.startswith("("):
+            self.note.value = ""
+        self._done = True
+        self.mode = "done"
+        with _VIEWS_LOCK:
+            if _VIEWS.get(self.job.id) is self:
+                del _VIEWS[self.job.id]
+
+
+def in_kernel(shell: Any = None) -> bool:
+    """Whether widgets can be shown: an IPython kernel with a frontend."""
+    if shell is None:
+        try:
+            from IPython import get_ipython
+
+            shell = get_ipython()
+        except ImportError:
+            return False
+    return getattr(shell, "kernel", None) is not None
+
+
+def show(job: Job, mode: str = "background") -> JobView:
+    """Show a live view of ``job`` in the current cell (it follows the job in the background)."""
+    return JobView(job).show().start(mode)

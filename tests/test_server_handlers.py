@@ -1,0 +1,263 @@
+"""The REST API of the Jupyter server extension, against real local jobs (pytest-jupyter's ``jp_fetch``).
+
+pytest-jupyter's fixtures are imported into this module only (not registered
+as a plugin): its plugin would otherwise put an event loop and a ServerApp
+cleanup around every test of the suite. The tests are synchronous and drive
+``jp_fetch`` on pytest-jupyter's loop.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from pytest_jupyter.jupyter_server import *  # noqa: F403  (jp_fetch, jp_serverapp and what they need)
+from traitlets.config import Config
+
+import nbburst
+import nbburst.server
+from nbburst.capture import capture
+from nbburst.client import Burst, Job
+
+from lab_helpers import kill_agents, wait_until
+
+INFO_KEYS = {"id", "name", "state", "attempt", "backend", "kind", "machine", "created", "started", "ended",
+             "elapsed_s", "cost_usd", "cost_per_hour_usd", "progress", "message"}
+PRINTER = """\
+import time
+for i in range(4):
+    print(f"line {i}", flush=True)
+    time.sleep(0.6)
+"""
+
+
+@pytest.fixture
+def store_env(tmp_path, monkeypatch):
+    """A private Store and state folder; every job is stopped at teardown."""
+    root, state = tmp_path / "store", tmp_path / "state"
+    for name, value in {"NBBURST_ROOT": str(root), "NBBURST_STATE_DIR": str(state), "NBBURST_BACKEND": "local"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("NBBURST_TIMEOUT", raising=False)
+    yield {"root": root, "state": state}
+    try:
+        for job in Burst().jobs():
+            if not job.state.terminal:
+                job.cancel(wait_s=2)
+    finally:
+        leftovers = kill_agents(str(root))
+    assert not leftovers, f"agent processes outlived the test: {leftovers}"
+
+
+@pytest.fixture
+def server_options() -> dict:
+    return {"NBBurstServer": {"supervise_interval": 0.3}, "NBBurst": {"timeout": "2h"}}
+
+
+@pytest.fixture
+def jp_server_config(store_env, server_options):
+    return Config({"ServerApp": {"jpserver_extensions": {"nbburst": True}}, **server_options})
+
+
+class Api:
+    """Synchronous calls of ``/nbburst/api/...`` through pytest-jupyter's client."""
+
+    def __init__(self, loop, fetch):
+        self.loop, self.fetch = loop, fetch
+
+    def call(self, *parts: str, method: str = "GET", params: dict | None = None, headers: dict | None = None,
+             status: int = 200) -> dict:
+        response = self.loop.run_until_complete(self.fetch(
+            "nbburst", "api", *parts, method=method, params=params, headers=headers, raise_error=False))
+        assert response.headers["Content-Type"].startswith("application/json"), response.headers
+        body = json.loads(response.body)
+        assert response.code == status, (response.code, body)
+        return body
+
+    def get(self, *parts: str, **params) -> dict:
+        return self.call(*parts, params=params)
+
+
+@pytest.fixture
+def api(jp_serverapp, jp_fetch, jp_asyncio_loop):
+    yield Api(jp_asyncio_loop, jp_fetch)
+    nbburst.server.stop(jp_serverapp)
+
+
+def submit_sleeper(burst: Burst, seconds: float = 60, name: str | None = None) -> Job:
+    return burst.submit(time.sleep, seconds, options=burst.options(name=name))
+
+
+def agent_pid(state: Path, job: Job) -> int:
+    record = json.loads((state / "machines" / f"nbburst-{job.id}.json").read_text())
+    return record["pid"]
+
+
+def test_extension_points_name_the_built_extension():
+    assert nbburst._jupyter_server_extension_points() == [{"module": "nbburst.server"}]
+    (path,) = nbburst._jupyter_labextension_paths()
+    source = Path(__file__).parents[1] / "labextension" / "package.json"
+    assert path["dest"] == json.loads(source.read_text())["name"]
+    assert (Path(nbburst.__file__).parent / path["src"]).name == "labextension"
+
+
+def test_list_filter_and_detail(api, store_env):
+    burst = Burst()
+    done = burst.submit(print, "hello", options=burst.options(name="quick"))
+    assert done.wait(30).value == "SUCCEEDED"
+    sleeper = submit_sleeper(burst, name="sleeper")
+    wait_until(lambda: api.get("jobs", sleeper.id)["state"] == "RUNNING", 20)
+
+    listed = api.get("jobs", state="all")["jobs"]
+    assert [j["id"] for j in listed] == [sleeper.id, done.id]  # newest first
+    assert all(INFO_KEYS <= set(j) for j in listed)
+    assert listed[1]["state"] == "SUCCEEDED" and listed[1]["name"] == "quick"
+    assert listed[0]["machine"]["type"] == "local" and listed[0]["kind"] == "call"
+    assert [j["id"] for j in api.get("jobs")["jobs"]] == [sleeper.id, done.id]  # state=all is the default
+    assert [j["id"] for j in api.get("jobs", state="running")["jobs"]] == [sleeper.id]
+
+    detail = api.get("jobs", "sleeper")  # by name
+    assert detail["id"] == sleeper.id and INFO_KEYS | {"attempts"} <= set(detail)
+    assert [(a["attempt"], a["state"]) for a in detail["attempts"]] == [(1, "RUNNING")]
+    assert detail["attempts"][0]["machine"] == f"nbburst-{sleeper.id}"
+    finished = api.get("jobs", done.id)
+    assert finished["state"] == "SUCCEEDED" and finished["ended"] >= finished["started"]
+    assert [(a["attempt"], a["state"]) for a in finished["attempts"]] == [(1, "SUCCEEDED")]
+
+
+def test_cancel_stops_the_machine(api, store_env):
+    burst = Burst()
+    job = submit_sleeper(burst, name="to-cancel")
+    wait_until(lambda: api.get("jobs", job.id)["state"] == "RUNNING", 20)
+    proc = psutil.Process(agent_pid(store_env["state"], job))
+
+    started = time.monotonic()
+    assert api.call("jobs", "to-cancel", method="DELETE") == {"id": job.id, "state": "CANCELLED"}
+    assert time.monotonic() - started < 15
+    assert not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    assert api.get("jobs", job.id)["state"] == "CANCELLED"
+    assert api.get("jobs", state="running")["jobs"] == []
+    # Cancelling a finished job is harmless and says how it ended.
+    assert api.call("jobs", job.id, method="DELETE") == {"id": job.id, "state": "CANCELLED"}
+
+
+def test_logs_tail_by_offset(api, store_env, monkeypatch):
+    burst = Burst()
+    job = burst.submit_cell(PRINTER, capture(PRINTER, {}), burst.options(name="printer"))
+
+    def first_output():
+        reply = api.get("jobs", job.id, "logs")
+        return reply if "line 0" in reply["text"] else None
+
+    first = wait_until(first_output, 20, step=0.05)
+    assert first["attempt"] == 1 and first["attempts"] == [1] and first["offset"] == 0
+    assert not first["complete"] and "line 3" not in first["text"]
+    assert first["next_offset"] == len(first["text"])
+
+    pieces, offset, later = [first["text"]], first["next_offset"], None
+    while True:  # tail: each call returns only what is new
+        later = api.get("jobs", job.id, "logs", offset=str(offset), attempt="1")
+        assert later["offset"] == offset and later["next_offset"] == offset + len(later["text"])
+        assert "line 0" not in later["text"]
+        pieces.append(later["text"])
+        offset = later["next_offset"]
+        if later["complete"]:
+            break
+        time.sleep(0.1)
+    full = "".join(pieces)
+    assert full == "line 0\nline 1\nline 2\nline 3\n" == job.logs()
+    assert api.get("jobs", job.id, "logs")["text"] == full
+
+    # Past the end: nothing new, and the offset says where the end is.
+    past = api.get("jobs", job.id, "logs", offset=str(len(full) + 50))
+    assert (past["text"], past["offset"], past["next_offset"], past["complete"]) == ("", len(full), len(full), True)
+
+    # Long logs come in pages.
+    monkeypatch.setattr("nbburst.server.manager.MAX_LOG_CHARS", 5)
+    offset, paged = 0, []
+    while True:
+        page = api.get("jobs", job.id, "logs", offset=str(offset))
+        assert len(page["text"]) <= 5
+        if not page["text"]:
+            break
+        paged.append(page["text"])
+        offset = page["next_offset"]
+    assert "".join(paged) == full
+
+
+def test_errors_are_json(api, store_env):
+    burst = Burst()
+    job = burst.submit(print, "x")
+    job.wait(30)
+    for parts in (("jobs", "nope"), ("jobs", "nope", "logs")):
+        assert api.call(*parts, status=404)["message"].startswith("no job with id or name 'nope'")
+    assert api.call("jobs", "nope", method="DELETE", status=404)["message"].startswith("no job")
+    assert "no attempt 9" in api.call("jobs", job.id, "logs", params={"attempt": "9"}, status=404)["message"]
+    assert "state" in api.call("jobs", params={"state": "done"}, status=400)["message"]
+    for params in ({"offset": "-1"}, {"offset": "x"}, {"attempt": "0"}, {"attempt": "one"}):
+        message = api.call("jobs", job.id, "logs", params=params, status=400)["message"]
+        assert next(iter(params)) in message
+
+
+def test_unauthenticated_requests_are_refused(api, store_env):
+    job = Burst().submit(print, "secret")
+    job.wait(30)
+    anonymous = {"Authorization": ""}
+    for parts, method in ((("jobs",), "GET"), (("jobs", job.id), "GET"), (("jobs", job.id, "logs"), "GET"),
+                          (("jobs", job.id), "DELETE"), (("config",), "GET")):
+        body = api.call(*parts, method=method, headers=anonymous, status=403)
+        assert job.id not in json.dumps(body) and "secret" not in json.dumps(body)
+    assert api.get("jobs", job.id)["state"] == "SUCCEEDED"  # the refused DELETE did nothing
+    wrong = {"Authorization": "token not-the-token"}
+    api.call("jobs", headers=wrong, status=403)
+
+
+def test_config_shows_values_and_sources(api, store_env):
+    values = api.get("config")["values"]
+    assert values["root"] == {"value": str(store_env["root"]), "source": "$NBBURST_ROOT"}
+    assert values["backend"] == {"value": "local", "source": "$NBBURST_BACKEND"}
+    assert values["timeout"] == {"value": "2h", "source": "config file"}  # c.NBBurst in the server's config
+    assert values["max_restarts"]["source"] == "default"
+
+
+def test_api_stays_responsive_while_cancelling(api, store_env, jp_fetch, jp_asyncio_loop):
+    import asyncio
+
+    burst = Burst()
+    job = submit_sleeper(burst)
+    wait_until(lambda: api.get("jobs", job.id)["state"] == "RUNNING", 20)
+
+    async def both():
+        cancel = asyncio.ensure_future(jp_fetch("nbburst", "api", "jobs", job.id, method="DELETE"))
+        await asyncio.sleep(0.05)
+        listing = await jp_fetch("nbburst", "api", "jobs")
+        return listing, await cancel
+
+    listing, cancelled = jp_asyncio_loop.run_until_complete(both())
+    assert json.loads(listing.body)["jobs"][0]["id"] == job.id
+    assert json.loads(cancelled.body)["state"] == "CANCELLED"
+
+
+def test_hosted_supervisor_resumes_a_preempted_detached_job(api, store_env, jp_serverapp):
+    extension = jp_serverapp.web_app.settings["nbburst"]
+    assert extension.supervisor is not None and extension.supervisor.running
+    burst = Burst()
+    job = submit_sleeper(burst, seconds=2.5, name="survivor")
+    wait_until(lambda: api.get("jobs", job.id)["state"] == "RUNNING", 20)
+
+    job.preempt(grace_s=5)  # nobody in this process waits for the job: only the server can resume it
+    wait_until(lambda: api.get("jobs", job.id)["state"] == "SUCCEEDED", 30)
+    detail = api.get("jobs", job.id)
+    assert detail["attempt"] == 2
+    assert [(a["attempt"], a["state"]) for a in detail["attempts"]] == [(1, "PREEMPTED"), (2, "SUCCEEDED")]
+
+    nbburst.server.stop(jp_serverapp)
+    assert not extension.supervisor.running
+
+
+@pytest.mark.parametrize("server_options", [{"NBBurstServer": {"supervise": False}}])
+def test_supervisor_can_be_turned_off(api, jp_serverapp, server_options):
+    assert jp_serverapp.web_app.settings["nbburst"].supervisor is None
+    assert api.get("jobs") == {"jobs": []}
