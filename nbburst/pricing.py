@@ -266,12 +266,12 @@ def cost(breakdown: Breakdown, seconds: float) -> dict[str, Any]:
 
 
 def usd(amount: float | None) -> str:
-    """``$0.0042``, ``$1.23``: cents for big amounts, four decimals below a cent."""
+    """``$0.0042``, ``$0.7588``, ``$12.50``: cents from a dollar up, four decimals below."""
     if amount is None:
         return "-"
     if amount == 0:
         return "$0.00"
-    return f"${amount:.4f}" if abs(amount) < 0.01 else f"${amount:,.2f}"
+    return f"${amount:.4f}" if abs(amount) < 1 else f"${amount:,.2f}"
 
 
 # -- jobs ----------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ def test_values_come_back_like_a_local_run(burst_env):
     assert error(outs[2]) is None, error(outs[2])
     assert data(outs[2], "execute_result")[0]["text/plain"] == "20"
     assert stream(outs[3]).split() == ["10", "11", "2", "22", "[0,", "1,", "4,", "9,", "16]", "OrderedDict", "numpy",
-                                       "True", "False"]
+                                       "False", "False"]
     assert "'fh' (TextIOWrapper) was not brought back: it cannot be pickled" in stream(outs[2], "stderr")
     assert stream(outs[5]).split() == ["1", "False"]
 

@@ -8,6 +8,7 @@ cleanup around every test of the suite. The tests are synchronous and drive
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -222,20 +223,29 @@ def test_config_shows_values_and_sources(api, store_env):
     assert values["max_restarts"]["source"] == "default"
 
 
-def test_api_stays_responsive_while_cancelling(api, store_env, jp_fetch, jp_asyncio_loop):
-    import asyncio
+def test_api_stays_responsive_while_cancelling(api, store_env, jp_fetch, jp_asyncio_loop, monkeypatch):
+    from nbburst.server.manager import JobsManager
 
-    burst = Burst()
-    job = submit_sleeper(burst)
+    job = submit_sleeper(Burst())
     wait_until(lambda: api.get("jobs", job.id)["state"] == "RUNNING", 20)
+    cancel = JobsManager.cancel
+
+    def slow_cancel(self, ref):  # a Compute Engine VM takes seconds to delete
+        time.sleep(1.5)
+        return cancel(self, ref)
+
+    monkeypatch.setattr(JobsManager, "cancel", slow_cancel)
 
     async def both():
-        cancel = asyncio.ensure_future(jp_fetch("nbburst", "api", "jobs", job.id, method="DELETE"))
-        await asyncio.sleep(0.05)
+        start = time.monotonic()
+        cancelling = asyncio.ensure_future(jp_fetch("nbburst", "api", "jobs", job.id, method="DELETE"))
+        await asyncio.sleep(0.1)
         listing = await jp_fetch("nbburst", "api", "jobs")
-        return listing, await cancel
+        listed_after = time.monotonic() - start
+        return listing, listed_after, await cancelling
 
-    listing, cancelled = jp_asyncio_loop.run_until_complete(both())
+    listing, listed_after, cancelled = jp_asyncio_loop.run_until_complete(both())
+    assert listed_after < 1.0, "the listing waited for the cancellation"
     assert json.loads(listing.body)["jobs"][0]["id"] == job.id
     assert json.loads(cancelled.body)["state"] == "CANCELLED"
 

@@ -161,7 +161,7 @@ def test_view_renders_machine_cost_progress_and_saving():
         assert part in header
     status = view.status.value
     assert "RUNNING" in status and "attempt 2" in status and "1m 30s" in status
-    assert "$0.0123" in status and "$0.76/h" in status
+    assert "$0.0123" in status and "$0.7588/h" in status
     assert view.bar.value == pytest.approx(0.45) and "fit 45/100 (45%)" in view.bar_label.value
     assert view.progress_box.layout.display is None  # shown once there is progress
 
