@@ -197,7 +197,7 @@ def capture(code: str, namespace: dict[str, Any], out: list[str] | None = None,
         result.outputs = list(out)
     else:
         result.outputs = outputs
-    result.deletes = [n for n in analysis.deletes if n not in analysis.assigns]
+    result.deletes = list(analysis.deletes)  # the machine reports which are really gone
     return result
 
 
