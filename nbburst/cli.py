@@ -53,7 +53,7 @@ class Exit(Exception):
 # -- session ---------------------------------------------------------------------------------
 
 
-def session(args: argparse.Namespace) -> Any:
+def session(args: argparse.Namespace, open_store: bool = True) -> Any:
     """A configured :class:`~nbburst.client.Burst`; configuration problems exit with 4."""
     from .client import Burst
 
@@ -69,7 +69,8 @@ def session(args: argparse.Namespace) -> Any:
         if args.backend:
             config.set_value(settings, "backend", args.backend, "--backend")
         burst = Burst(settings)
-        burst.store  # noqa: B018 - fail now (exit 4) if the Store cannot be opened
+        if open_store:
+            burst.store  # noqa: B018 - fail now (exit 4) if the Store cannot be opened
         return burst
     except Exit:
         raise
@@ -325,7 +326,7 @@ def doctor_checks(burst: Any) -> list[Any]:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    burst = session(args)
+    burst = session(args, open_store=False)  # a Store that cannot be opened is one of the findings
     checks = doctor_checks(burst)
     out = console()
     marks = {"ok": "[green]✔[/]", "warn": "[yellow]![/]", "fail": "[bold red]✖[/]"}

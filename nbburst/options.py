@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from .errors import UsageError
 from .job import Resources
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s|ms)?", re.I)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|d|h|m|s)?", re.I)
 _UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, None: 1.0}
 BACKENDS = ("local", "gce")
 _NAME = re.compile(r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")

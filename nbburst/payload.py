@@ -18,6 +18,9 @@ import hashlib
 import os
 import pickle
 import struct
+import sys
+import sysconfig
+import types
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -71,12 +74,42 @@ class Encoded:
         return b"".join(self.parts)
 
 
+def _installed_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple({os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
+def _local_modules(value: Any) -> list[types.ModuleType]:
+    """Modules of the user's own source files (next to the notebook) that ``value`` comes from.
+
+    They do not exist on the machine, so their functions and classes must travel
+    by value, as the notebook's own do.
+    """
+    names = {getattr(value, "__module__", None), type(value).__module__}
+    found = []
+    for name in filter(None, names):
+        mod = sys.modules.get(name)
+        path = getattr(mod, "__file__", None)
+        if mod is None or name == "__main__" or not path or name.split(".")[0] == "nbburst":
+            continue
+        if not os.path.realpath(path).startswith(_installed_roots()):
+            found.append(mod)
+    return found
+
+
 def encode(value: Any) -> Encoded:
     """Pickle ``value`` (cloudpickle, protocol 5, buffers out of band)."""
     import cloudpickle
 
     buffers: list[pickle.PickleBuffer] = []
-    body = cloudpickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    local = [m for m in _local_modules(value) if m.__name__ not in cloudpickle.list_registry_pickle_by_value()]
+    for mod in local:
+        cloudpickle.register_pickle_by_value(mod)
+    try:
+        body = cloudpickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    finally:
+        for mod in local:
+            cloudpickle.unregister_pickle_by_value(mod)
     views = [b.raw() for b in buffers]
     header = MAGIC + struct.pack("<QQ", len(body), len(views)) + b"".join(
         struct.pack("<Q", v.nbytes) for v in views

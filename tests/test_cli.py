@@ -1,0 +1,191 @@
+"""The ``nbburst`` command, driven as scripts drive it: subprocesses and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+
+import cloudpickle
+import pytest
+
+from nbburst.cli import EXIT_CONFIG, EXIT_FAILED, EXIT_NOT_DONE, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
+
+
+def nbburst(*args: str, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nbburst.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "COLUMNS": "160", **(env or {})})
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nbburst: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def burst(burst_env):
+    from nbburst.client import Burst
+
+    session = Burst()
+    yield session
+    deadline = time.monotonic() + 10
+    while session.machines("local").list() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+# The job functions below travel by value: the agent cannot import this test module.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def _square(v):
+    print(f"squaring {v}")
+    return v * v
+
+
+def _boom():
+    raise ValueError("no good")
+
+
+def _sleep(seconds):
+    import time
+
+    time.sleep(seconds)
+    return seconds
+
+
+def test_usage_not_found_and_config_errors(burst_env):
+    empty = nbburst("jobs")
+    assert empty.returncode == EXIT_OK and "no jobs in" in empty.stdout
+    assert nbburst().returncode == EXIT_USAGE
+    assert nbburst("logs").returncode == EXIT_USAGE  # argparse: the job is missing
+    bad_state = nbburst("jobs", "--state", "sleepy")
+    assert bad_state.returncode == EXIT_USAGE and "not a job state" in one_line_error(bad_state)
+    missing = nbburst("result", "no-such-job")
+    assert missing.returncode == EXIT_NOT_FOUND
+    assert "no job with id or name 'no-such-job'" in one_line_error(missing)
+    assert "`nbburst jobs`" in missing.stderr
+    bad_config = nbburst("jobs", env={"NBBURST_TIMEOUT": "forever"})
+    assert bad_config.returncode == EXIT_CONFIG and "timeout" in one_line_error(bad_config)
+    no_bucket = nbburst("jobs", "--backend", "gce", env={"NBBURST_ROOT": ""})
+    assert no_bucket.returncode == EXIT_CONFIG and "bucket" in one_line_error(no_bucket)
+
+
+def test_jobs_logs_result_and_costs(burst, tmp_path):
+    ok = burst.submit(_square, 7, options=burst.options(name="square"))
+    bad = burst.submit(_boom, options=burst.options(name="boom"))
+    assert ok.wait(60).terminal and bad.wait(60).terminal
+
+    table = nbburst("jobs", "--cost")
+    assert table.returncode == EXIT_OK, table.stderr
+    for text in ("square", "boom", "SUCCEEDED", "FAILED", "local", "$0.00", "2 jobs"):
+        assert text in table.stdout
+    listed = json.loads(nbburst("jobs", "--json", "--cost", "--state", "failed").stdout)
+    assert [j["name"] for j in listed["jobs"]] == ["boom"] and listed["totals"]["cost_usd"] == 0.0
+    info = json.loads(nbburst("info", "square").stdout)
+    assert info["state"] == "SUCCEEDED" and info["cost"]["local"] is True and info["id"] == ok.id
+
+    logs = nbburst("logs", "square")
+    assert logs.returncode == EXIT_OK and logs.stdout == "squaring 7\n"
+    assert nbburst("logs", ok.id, "--attempt", "2").stdout == ""
+    followed = nbburst("logs", "-f", "square")
+    assert followed.returncode == EXIT_OK and "squaring 7" in followed.stdout
+    followed_bad = nbburst("logs", "--follow", "boom")
+    assert followed_bad.returncode == EXIT_FAILED and "job boom FAILED" in followed_bad.stderr
+
+    shown = nbburst("result", "square")
+    assert shown.returncode == EXIT_OK and shown.stdout == "49\n"
+    out = tmp_path / "r.pkl"
+    assert nbburst("result", "square", "-o", str(out)).returncode == EXIT_OK
+    assert pickle.loads(out.read_bytes()) == 49
+    failed = nbburst("result", "boom")
+    assert failed.returncode == EXIT_FAILED
+    assert "ValueError: no good" in failed.stderr and "raise ValueError" in failed.stderr  # the remote traceback
+    assert failed.stderr.strip().splitlines()[-1] == "nbburst: job boom FAILED: ValueError: no good"
+
+
+def test_cancel_and_unfinished_results(burst):
+    job = burst.submit(_sleep, 120, options=burst.options(name="nap"))
+    not_yet = nbburst("result", "nap", "--no-wait")
+    assert not_yet.returncode == EXIT_NOT_DONE and "has not finished" in one_line_error(not_yet)
+    assert nbburst("result", "nap", "--timeout", "1s").returncode == EXIT_NOT_DONE
+    cancelled = nbburst("cancel", "nap")
+    assert cancelled.returncode == EXIT_OK and cancelled.stdout == "job nap is CANCELLED\n"
+    assert job.state.value == "CANCELLED"
+    again = nbburst("cancel", job.id)
+    assert again.returncode == EXIT_OK and "already ended: CANCELLED" in again.stdout
+    result = nbburst("result", "nap")
+    assert result.returncode == EXIT_FAILED and "CANCELLED" in one_line_error(result)
+    assert nbburst("preempt", "nap").returncode == EXIT_USAGE
+
+
+def test_gc_deletes_orphan_machines_and_old_job_folders(burst):
+    done = burst.submit(_square, 3, options=burst.options(name="old"))
+    assert done.result(60) == 9
+    orphan = burst.submit(_sleep, 120, options=burst.options(name="orphan"))
+    alive = burst.submit(_sleep, 120, options=burst.options(name="alive"))
+    deadline = time.monotonic() + 20
+    while orphan.state.value != "RUNNING" or alive.state.value != "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert {m.job_id for m in burst.machines("local").list()} == {orphan.id, alive.id}
+    burst.store.delete_prefix(orphan.layout.prefix)  # its job folder is gone: the machine is an orphan
+    try:
+        dry = nbburst("gc", "--dry-run", "--older-than", "0.1s")
+        assert dry.returncode == EXIT_OK, dry.stderr
+        assert f"would delete machine nbburst-{orphan.id} (local): its job is unknown" in dry.stdout
+        assert f"would delete job {done.id} (old): SUCCEEDED" in dry.stdout
+        assert alive.id not in dry.stdout  # a running job keeps its machine and its folder
+        assert len(burst.machines("local").list()) == 2 and burst.store.exists(done.layout.spec)
+
+        real = nbburst("gc", "--older-than", "0.1s")
+        assert real.returncode == EXIT_OK, real.stderr
+        assert [m.job_id for m in burst.machines("local").list()] == [alive.id]
+        assert not burst.store.exists(done.layout.spec) and not burst.keyring.has(done.id)
+        assert burst.job("alive").state.value == "RUNNING"
+    finally:
+        alive.cancel()
+
+
+def test_doctor_checks_store_state_and_backend(burst_env, tmp_path):
+    healthy = nbburst("doctor")
+    assert healthy.returncode == EXIT_OK, healthy.stdout + healthy.stderr
+    for name in ("configuration", "state dir", "store", "python", "cpus"):
+        assert f"✔ {name}:" in healthy.stdout
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    broken = nbburst("doctor", "--root", str(blocker / "store"))
+    assert broken.returncode == EXIT_CONFIG
+    assert "✖ store:" in broken.stdout and "fix:" in broken.stdout
+
+
+def test_preempt_then_supervise_relaunches(burst):
+    job = burst.submit(_sleep, 2, options=burst.options(name="survivor"))
+    deadline = time.monotonic() + 20
+    while job.state.value != "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    preempted = nbburst("preempt", "survivor", "--grace", "3")
+    assert preempted.returncode == EXIT_OK, preempted.stderr
+    assert job.state.value == "PREEMPTED"
+    once = nbburst("supervise", "--once")
+    assert once.returncode == EXIT_OK and "survivor: PROVISIONING" in once.stdout
+    assert job.wait(60).value == "SUCCEEDED" and job.attempt == 2
+
+
+def test_supervise_stops_on_sigterm(burst_env):
+    proc = subprocess.Popen([sys.executable, "-m", "nbburst.cli", "supervise", "--interval", "0.2s"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "watching unfinished jobs" in proc.stderr.readline()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == EXIT_OK
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

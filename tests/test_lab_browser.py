@@ -1,0 +1,125 @@
+"""The "Burst jobs" sidebar end to end: a real ``jupyter lab``, a real kernel, headless Chromium.
+
+A notebook submits two detached ``%%burst`` cells on the local backend; the
+sidebar shows the first one running then succeeded, with its log, and cancels
+the second one. Set ``NBBURST_UPDATE_SCREENSHOTS=1`` to refresh
+``docs/sidebar.png`` (otherwise the screenshot stays in the test's tmp folder).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+from lab_helpers import CHROMIUM, CHROMIUM_ARGS, REPO, LabServer, agents_under, kill_agents, wait_until
+
+playwright_sync = pytest.importorskip("playwright.sync_api")
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)", allow_module_level=True)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+CELLS = [
+    "%load_ext nbburst",
+    "%%burst --detach --name e2e-ok\n"
+    "import time\n"
+    "for i in range(4):\n"
+    "    print(f'e2e line {i}', flush=True)\n"
+    "    time.sleep(2)\n"
+    "answer = 42",
+    "%%burst --detach --name e2e-cancel\n"
+    "import time\n"
+    "print('waiting to be cancelled', flush=True)\n"
+    "time.sleep(120)",
+]
+SIDEBAR = "#nbburst-sidebar"
+
+
+def write_notebook(path: Path) -> None:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nbformat.write(nb, path)
+
+
+def run_cell(page, index: int, expect_text: str, timeout: float = 60_000) -> None:
+    """Run one cell as a user does (click it, Shift+Enter) and wait for its output."""
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Shift+Enter")
+    playwright_sync.expect(cell).to_contain_text(expect_text, timeout=timeout)
+
+
+def job_row(page, name: str):
+    return page.locator(f"{SIDEBAR} .nbburst-job[data-job-id]", has_text=name)
+
+
+def test_sidebar_follows_and_cancels_jobs(tmp_path, monkeypatch):
+    expect = playwright_sync.expect
+    store, state = tmp_path / "store", tmp_path / "state"
+    env = {"NBBURST_ROOT": str(store), "NBBURST_STATE_DIR": str(state), "NBBURST_BACKEND": "local"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    server = LabServer(tmp_path / "lab", env=env)
+    screenshot = tmp_path / "sidebar.png"
+    try:
+        server.start()
+        write_notebook(server.root_dir / "burst.ipynb")
+        with playwright_sync.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 900})
+                page.goto(f"{server.url}/lab/tree/burst.ipynb?token={server.token}")
+                expect(page.locator(".jp-Notebook .jp-Cell")).to_have_count(len(CELLS), timeout=60_000)
+
+                # Submit the first job from the notebook, then follow it in the sidebar.
+                run_cell(page, 0, "[1]")
+                run_cell(page, 1, "submitted")
+                page.locator('.jp-SideBar li[data-id="nbburst-sidebar"]').click()
+                expect(page.locator(SIDEBAR)).to_be_visible()
+                ok = job_row(page, "e2e-ok")
+                expect(ok.locator(".nbburst-state-running")).to_be_visible(timeout=20_000)
+                expect(ok.locator(".nbburst-state-succeeded")).to_be_visible(timeout=30_000)
+
+                # Its log, in the detail view.
+                ok.click()
+                log = page.locator(f"{SIDEBAR} pre.nbburst-log")
+                expect(log).to_contain_text("e2e line 0\ne2e line 1\ne2e line 2\ne2e line 3", timeout=15_000)
+                expect(page.locator(f"{SIDEBAR} .nbburst-detail-view .nbburst-state-succeeded")).to_be_visible()
+                expect(page.locator(f"{SIDEBAR} .nbburst-cancel")).to_be_hidden()  # nothing to cancel
+                page.locator(f"{SIDEBAR} .nbburst-back").click()
+
+                # A second, long job: listed as running, then cancelled from the panel.
+                run_cell(page, 2, "submitted")
+                doomed = job_row(page, "e2e-cancel")
+                expect(doomed.locator(".nbburst-state-running")).to_be_visible(timeout=20_000)
+                expect(page.locator(f"{SIDEBAR} .nbburst-job")).to_have_count(2)
+                page.screenshot(path=str(screenshot))
+
+                doomed.click()
+                expect(log).to_contain_text("waiting to be cancelled", timeout=15_000)
+                page.locator(f"{SIDEBAR} .nbburst-cancel").click()
+                dialog = page.locator(".jp-Dialog")
+                expect(dialog).to_contain_text("e2e-cancel")
+                dialog.get_by_role("button", name="Cancel job").click()
+                expect(page.locator(f"{SIDEBAR} .nbburst-detail-view .nbburst-state-cancelled")).to_be_visible(
+                    timeout=20_000)
+                page.locator(f"{SIDEBAR} .nbburst-back").click()
+                expect(doomed.locator(".nbburst-state-cancelled")).to_be_visible(timeout=10_000)
+                expect(ok.locator(".nbburst-state-succeeded")).to_be_visible()
+            finally:
+                browser.close()
+
+        from nbburst.client import Burst
+
+        states = {job.name: job.state.value for job in Burst().jobs()}
+        assert states == {"e2e-ok": "SUCCEEDED", "e2e-cancel": "CANCELLED"}
+        wait_until(lambda: not agents_under(str(store)), 10, what="the cancelled job's machine to go away")
+    finally:
+        server.stop()
+        kill_agents(str(store), grace=0)
+    if os.environ.get("NBBURST_UPDATE_SCREENSHOTS"):
+        (REPO / "docs").mkdir(exist_ok=True)
+        shutil.copy(screenshot, REPO / "docs" / "sidebar.png")
