@@ -363,7 +363,8 @@ class Job:
         """Block until the job ends, streaming log records to ``on_record``; returns the final state.
 
         Pass a ``tail`` to resume reading where an earlier reader of it stopped (no record twice)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
         tail = tail or self.tail()
         delay = 0.005
         while True:
@@ -380,7 +381,9 @@ class Job:
                 return state
             if deadline is not None and time.monotonic() > deadline:
                 return state
-            delay = 0.005 if got else min(delay * 2, self.burst.settings.poll_interval)
+            # Poll tightly while the job is young (short cells), then settle to the configured pace.
+            ceiling = 0.02 if time.monotonic() - start < 5 else self.burst.settings.poll_interval
+            delay = 0.005 if got else min(delay * 2, ceiling)
             time.sleep(delay)
 
     def logs(self, attempt: int | None = None) -> str:

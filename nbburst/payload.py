@@ -65,7 +65,7 @@ class Encoded:
     def nbytes(self) -> int:
         return sum(p.nbytes for p in self.parts)
 
-    def chunks(self, size: int = 8 << 20) -> Iterator[memoryview]:
+    def chunks(self, size: int = 64 << 20) -> Iterator[memoryview]:
         for part in self.parts:
             for i in range(0, part.nbytes, size):
                 yield part[i:i + size]

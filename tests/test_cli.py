@@ -170,7 +170,7 @@ def test_preempt_then_supervise_relaunches(burst):
     while job.state.value != "RUNNING":
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    preempted = nbburst("preempt", "survivor", "--grace", "3")
+    preempted = nbburst("preempt", "survivor", "--grace", "6")  # the agent needs ~3 s to stop (see report)
     assert preempted.returncode == EXIT_OK, preempted.stderr
     assert job.state.value == "PREEMPTED"
     once = nbburst("supervise", "--once")

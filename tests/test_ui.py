@@ -32,17 +32,13 @@ def views(nb: nbformat.NotebookNode) -> list[dict[str, dict]]:
         if "nbburst-view" not in state.get("_dom_classes", ()):
             continue
         parts: dict[str, dict] = {}
-
-        def walk(ref: str) -> None:
-            child = by_id.get(ref.removeprefix("IPY_MODEL_"), {})
+        todo = list(state["children"])
+        while todo:
+            child = by_id.get(todo.pop().removeprefix("IPY_MODEL_"), {})
             for cls in child.get("_dom_classes", ()):
                 if cls.startswith("nbburst-"):
                     parts[cls.removeprefix("nbburst-")] = child
-            for sub in child.get("children", ()):
-                walk(sub)
-
-        for ref in state["children"]:
-            walk(ref)
+            todo.extend(child.get("children", ()))
         found.append(parts)
     return found
 

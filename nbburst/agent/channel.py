@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 _libc = None
+current: Channel | None = None  # the runner's channel, for code that cannot be handed it (matplotlib)
 
 
 def flush_c_streams() -> None:

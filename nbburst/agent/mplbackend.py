@@ -10,11 +10,10 @@ from matplotlib._pylab_helpers import Gcf
 from matplotlib.backend_bases import FigureManagerBase
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from .channel import figure_png
+from . import channel
 
 FigureCanvas = FigureCanvasAgg
 FigureManager = FigureManagerBase
-channel = None  # set by the runner
 
 
 def show(*args, **kwargs) -> None:
@@ -23,6 +22,6 @@ def show(*args, **kwargs) -> None:
 
 def flush_figures() -> None:
     for manager in Gcf.get_all_fig_managers():
-        if channel is not None:
-            channel.display(figure_png(manager.canvas.figure))
+        if channel.current is not None:
+            channel.current.display(channel.figure_png(manager.canvas.figure))
     Gcf.destroy_all()

@@ -19,6 +19,7 @@ from typing import Any
 from .. import payload, signing
 from ..job import JobLayout, JobSpec, blob_key
 from ..store import AlreadyExists, Store
+from . import channel as channel_module
 from .channel import Channel, flush_c_streams, format_object
 
 EXIT_RESULT, EXIT_ERROR = 0, 1
@@ -148,9 +149,7 @@ def run_cell(code: str, spec: JobSpec, ns: dict[str, Any], channel: Channel, fil
     ns["get_ipython"] = shell
     if "IPython" in code:
         shell()
-    from . import mplbackend
-
-    mplbackend.channel = channel
+    channel_module.current = channel  # the matplotlib backend finds it here if the cell plots
     lines = code.splitlines(keepends=True)
     linecache.cache[filename] = (len(code), None, lines, filename)
     tree = ast.parse(code, filename)
@@ -160,7 +159,9 @@ def run_cell(code: str, spec: JobSpec, ns: dict[str, Any], channel: Channel, fil
     if last is not None:
         outcome["last"] = eval(compile(ast.Expression(last.value), filename, "eval"), ns)
     if "matplotlib.pyplot" in sys.modules:
-        mplbackend.flush_figures()
+        from .mplbackend import flush_figures
+
+        flush_figures()
     names = spec.outputs if spec.outputs is not None else []
     outcome["values"] = {n: ns[n] for n in names if n in ns}
     outcome["deleted"] = [n for n in spec.deleted if n not in ns]

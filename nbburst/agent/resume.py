@@ -1,0 +1,170 @@
+"""Automatic resume of joblib-parallel work (scikit-learn searches, cross_validate, ...).
+
+The runner calls :func:`install`, which wraps ``joblib.Parallel.__call__`` (and
+so ``sklearn.utils.parallel.Parallel``, its subclass). Each task of a top-level
+parallel call made by the cell gets a deterministic key: a hash of the call's
+index in the cell, the task's index in the call, its function and its
+arguments (``joblib.hash``, with big arrays hashed once per call). A task whose
+key has a stored result returns it without running; every other task runs as
+usual and its worker writes its result to ``<root>/tasks/<key>.pkl`` as soon as
+it completes, from where the runner's Syncer uploads batches of them to the
+job's ``checkpoints/tasks/`` in the Store. After a preemption the next attempt
+restores them, so a preempted GridSearchCV recomputes only the fits that were
+in flight, and its ``cv_results_`` equal those of an uninterrupted run.
+
+Nothing changes in the cell. Parallel calls made from other threads, or nested
+inside a task, are left alone (their order is not deterministic, or their
+enclosing task is cached already).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+_state: dict[str, Any] = {"dir": None, "calls": 0, "depth": 0, "original": None, "hits": 0, "runs": 0}
+_lock = threading.Lock()
+_ARRAY_MIN = 1 << 16  # arrays at least this big are hashed once per call, not once per task
+
+
+def install(task_dir: str | os.PathLike[str]) -> None:
+    """Cache the results of the cell's joblib tasks in ``task_dir`` (idempotent)."""
+    import joblib.parallel
+
+    _state["dir"] = Path(task_dir)
+    _state["dir"].mkdir(parents=True, exist_ok=True)
+    _state["calls"] = 0
+    if _state["original"] is None:
+        _state["original"] = joblib.parallel.Parallel.__call__
+        joblib.parallel.Parallel.__call__ = _call
+
+
+def uninstall() -> None:
+    import joblib.parallel
+
+    if _state["original"] is not None:
+        joblib.parallel.Parallel.__call__ = _state["original"]
+        _state["original"] = None
+    _state["dir"] = None
+
+
+def stats() -> dict[str, int]:
+    """Tasks answered from stored results (hits) and tasks run (runs) so far."""
+    return {"hits": _state["hits"], "runs": _state["runs"], "calls": _state["calls"]}
+
+
+def _call(self: Any, iterable: Any) -> Any:
+    original = _state["original"]
+    folder = _state["dir"]
+    if (folder is None or _state["depth"] > 0 or threading.current_thread() is not threading.main_thread()
+            or getattr(self, "return_ordered", True) is False):
+        return original(self, iterable)
+    tasks = list(iterable)
+    with _lock:
+        call_index = _state["calls"]
+        _state["calls"] += 1
+    try:
+        keys = _task_keys(call_index, tasks)
+    except Exception:  # something in the arguments cannot be hashed: run as usual
+        return original(self, tasks)
+    results: list[Any] = [None] * len(tasks)
+    todo = []
+    for i, (task, key) in enumerate(zip(tasks, keys)):
+        found, value = _load(folder / f"{key}.pkl")
+        if found:
+            results[i] = value
+        else:
+            func, args, kwargs = task
+            todo.append((i, (_Recorder(func, str(folder), key), args, kwargs)))
+    with _lock:
+        _state["hits"] += len(tasks) - len(todo)
+        _state["runs"] += len(todo)
+    if not todo:
+        return iter(results) if getattr(self, "return_generator", False) else results
+    _state["depth"] += 1
+    try:
+        out = original(self, [t for _, t in todo])
+        if getattr(self, "return_generator", False):
+            return _merge_lazily(out, todo, results)
+        for (i, _), value in zip(todo, out):
+            results[i] = value
+        return results
+    finally:
+        _state["depth"] -= 1
+
+
+def _merge_lazily(out: Any, todo: list[tuple[int, Any]], results: list[Any]):
+    """``return_as="generator"``: yield in order, stored results without waiting."""
+    pending = iter(todo)
+    fresh = iter(out)
+    next_fresh = next(pending, None)
+    for i in range(len(results)):
+        if next_fresh is not None and next_fresh[0] == i:
+            yield next(fresh)
+            next_fresh = next(pending, None)
+        else:
+            yield results[i]
+
+
+class _Recorder:
+    """Runs one task (in a worker) and keeps its result where the runner's Syncer finds it."""
+
+    def __init__(self, func: Any, folder: str, key: str):
+        self.func, self.folder, self.key = func, folder, key
+        self.__name__ = getattr(func, "__name__", "task")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        result = self.func(*args, **kwargs)
+        try:
+            import cloudpickle
+
+            data = cloudpickle.dumps(result, protocol=5)
+            path = os.path.join(self.folder, f"{self.key}.pkl")
+            tmp = os.path.join(self.folder, f".tmp-{self.key}-{os.getpid()}-{threading.get_ident()}")
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except Exception:  # an unpicklable result is simply not kept
+            pass
+        return result
+
+
+def _load(path: Path) -> tuple[bool, Any]:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return False, None
+    import pickle
+
+    try:
+        return True, pickle.loads(data)
+    except Exception:
+        return False, None
+
+
+# -- keys -----------------------------------------------------------------------------------------
+
+
+def _task_keys(call_index: int, tasks: list[Any]) -> list[str]:
+    from joblib.hashing import NumpyHasher
+
+    arrays: dict[int, tuple[Any, str]] = {}  # id -> (the array, kept alive; its digest)
+
+    class Hasher(NumpyHasher):
+        def save(self, obj: Any) -> None:
+            np = self.np
+            if isinstance(obj, np.ndarray) and not obj.dtype.hasobject and obj.nbytes >= _ARRAY_MIN:
+                entry = arrays.get(id(obj))
+                if entry is None or entry[0] is not obj:
+                    entry = (obj, NumpyHasher().hash(obj))
+                    arrays[id(obj)] = entry
+                obj = ("nbburst-array", entry[1], str(obj.dtype), obj.shape)
+            NumpyHasher.save(self, obj)
+
+    keys = []
+    for index, (func, args, kwargs) in enumerate(tasks):
+        func = getattr(func, "function", func)  # sklearn's _FuncWrapper: its config is not the task
+        keys.append(Hasher(hash_name="sha1").hash(("nbburst-task", 1, call_index, index, func, args, kwargs)))
+    return keys
