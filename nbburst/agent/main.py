@@ -32,6 +32,8 @@ from ..job import (
     Terminal,
 )
 from ..store import AlreadyExists, NotFound, Store, open_store
+from . import preemption
+from .checkpoints import local_root, restore, summary
 from .shipper import Shipper
 
 CANCEL_POLL_SECONDS = 0.5
@@ -86,6 +88,7 @@ class Agent:
         self.runner_pid: int | None = None
         self.stop_reason: tuple[State, str] | None = None
         self.done = threading.Event()
+        self.control = preemption.Control()  # the runner's control pipe (preemption notice, sync)
 
     # -- status -------------------------------------------------------------
     def write_status(self, **changes: Any) -> None:
@@ -96,6 +99,8 @@ class Agent:
             self.store.put(self.layout.status(self.attempt), self.status.to_json())
 
     def _on_event(self, event: dict[str, Any]) -> None:
+        if self.control.on_event(event):
+            return
         if event.get("s") == "progress":
             with self.status_lock:
                 self.status.progress = {k: event.get(k) for k in ("done", "total", "desc")}
@@ -170,17 +175,35 @@ class Agent:
             return self.commit_terminal(State.FAILED, problem)
         if self.store.exists(self.layout.cancel):
             return self.commit_terminal(State.CANCELLED, "cancelled before it started")
+        if self.store.exists(self.layout.result):  # an earlier attempt finished; its machine died before saying so
+            return self._finish(0)
         _pin_cpus()
         workdir = os.path.join(os.getcwd(), "work", self.spec.job_id)
         os.makedirs(workdir, exist_ok=True)
+        checkpoints = local_root(workdir)
+        self.write_status(state=State.PROVISIONING, message="restoring checkpoints")  # alive: a heartbeat
+        try:
+            restored = restore(self.store, self.layout, self.ident.key, checkpoints)
+        except signing.SignatureError as exc:
+            self.shipper.event(f"nbburst: refusing to resume: {exc}")
+            self.shipper.flush()
+            return self.commit_terminal(State.FAILED, str(exc))
+        if self.attempt > 1:
+            self.shipper.event(f"nbburst: attempt {self.attempt} on {self.ident.machine}, resuming from "
+                               f"{summary(restored)}")
+        if self.stop_reason is not None and self.stop_reason[0] == State.PREEMPTED:  # preempted while restoring
+            self.shipper.flush()
+            return self._finish(0)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         ev_r, ev_w = os.pipe()
+        ctl_r, ctl_w = os.pipe()
         pid = os.fork()
         if pid == 0:  # the runner
             os.setpgid(0, 0)
-            os.close(out_r), os.close(err_r), os.close(ev_r)
+            os.close(out_r), os.close(err_r), os.close(ev_r), os.close(ctl_w)
             os.chdir(workdir)
+            os.environ["NBBURST_CHECKPOINT_DIR"] = str(checkpoints)
             os.environ["MPLBACKEND"] = "module://nbburst.agent.mplbackend"
             os.environ.setdefault("IPYTHONDIR", os.path.join(workdir, ".ipython"))
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -190,7 +213,8 @@ class Agent:
                 from .runner import redirect_std, run
 
                 redirect_std(out_w, err_w)
-                code = run(open_store(self.store.url), self.layout, self.spec, self.ident.key, Channel(ev_w))
+                code = run(open_store(self.store.url), self.layout, self.spec, self.ident.key, Channel(ev_w),
+                           control_fd=ctl_r)
             except BaseException:
                 traceback.print_exc()
             finally:
@@ -208,7 +232,10 @@ class Agent:
             os.setpgid(pid, pid)
         except OSError:
             pass
-        os.close(out_w), os.close(err_w), os.close(ev_w)
+        os.close(out_w), os.close(err_w), os.close(ev_w), os.close(ctl_r)
+        self.control.fd = ctl_w
+        if self.stop_reason is not None and self.stop_reason[0] == State.PREEMPTED:  # noticed while forking
+            threading.Thread(target=self._stop_runner, args=self.stop_reason, daemon=True).start()
         self.write_status(state=State.RUNNING, started=time.time())
         self.shipper.pump(out_r, err_r, ev_r)
         watchdog = threading.Thread(target=self._watch, name="nbburst-watchdog", daemon=True)
@@ -219,6 +246,7 @@ class Agent:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        self.control.close()
         self.shipper.join(timeout=10)
         self.done.set()
         watchdog.join()
@@ -289,6 +317,6 @@ def main(argv: list[str]) -> int:
     if store.exists(layout.terminal):
         return 0
     agent = Agent(store, layout, spec, ident)
-    signal.signal(signal.SIGTERM, lambda *_: agent._stop_runner(State.PREEMPTED, "machine is shutting down"))
+    preemption.install(agent)  # SIGTERM and the metadata server's notices: soft-off (see preemption.py)
     state = agent.run()
     return 0 if state in (State.SUCCEEDED, State.CANCELLED) else 1
