@@ -10,7 +10,6 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +17,10 @@ from traitlets import Bool, Dict, Enum, Float, Int, Unicode
 from traitlets.config import Config, Configurable
 
 from .errors import UsageError
+from .metadata import metadata  # noqa: F401  (re-exported: config.metadata)
 from .options import BACKENDS, parse_duration
 
 ENV_PREFIX = "NBBURST_"
-METADATA_URL = "http://metadata.google.internal/computeMetadata/v1/"
 
 
 def _data_dir() -> str:
@@ -76,7 +75,8 @@ def _load_config_files() -> Config:
         return Config()
     merged = Config()
     for folder in reversed(jupyter_config_path()):
-        for loader_cls, fname in ((PyFileConfigLoader, "nbburst_config.py"), (JSONFileConfigLoader, "nbburst_config.json")):
+        loaders = ((PyFileConfigLoader, "nbburst_config.py"), (JSONFileConfigLoader, "nbburst_config.json"))
+        for loader_cls, fname in loaders:
             if os.path.exists(os.path.join(folder, fname)):
                 merged.merge(loader_cls(fname, path=folder).load_config())
     return merged
@@ -173,18 +173,6 @@ def store_url(settings: NBBurst, backend: str | None = None) -> str:
             )
         return f"gs://{settings.bucket}/nbburst"
     return str(Path(_data_dir()) / "store")
-
-
-def metadata(path: str, timeout: float = 0.5) -> str | None:
-    """A value from the metadata server, or None off Google Cloud (one short try)."""
-    host = os.environ.get("GCE_METADATA_HOST")
-    base = f"http://{host}/computeMetadata/v1/" if host else METADATA_URL
-    req = urllib.request.Request(base + path, headers={"Metadata-Flavor": "Google"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.read().decode()
-    except Exception:
-        return None
 
 
 def to_json(settings: NBBurst) -> str:

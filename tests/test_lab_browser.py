@@ -9,6 +9,7 @@ the second one. Set ``NBBURST_UPDATE_SCREENSHOTS=1`` to refresh
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -47,8 +48,16 @@ def write_notebook(path: Path) -> None:
 def run_cell(page, index: int, expect_text: str, timeout: float = 60_000) -> None:
     """Run one cell as a user does (click it, Shift+Enter) and wait for its output."""
     cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
-    cell.locator(".cm-content").click()
-    page.keyboard.press("Shift+Enter")
+    prompt = cell.locator(".jp-InputPrompt")
+    for _ in range(3):  # a key pressed while JupyterLab still moves focus around can be lost
+        cell.locator(".cm-content").click()
+        playwright_sync.expect(cell).to_have_class(re.compile(r"\bjp-mod-active\b"))
+        page.keyboard.press("Shift+Enter")
+        try:
+            playwright_sync.expect(prompt).not_to_have_text(re.compile(r"^\[ \]:$"), timeout=5_000)
+            break
+        except AssertionError:
+            continue
     playwright_sync.expect(cell).to_contain_text(expect_text, timeout=timeout)
 
 
@@ -73,6 +82,8 @@ def test_sidebar_follows_and_cancels_jobs(tmp_path, monkeypatch):
                 page = browser.new_page(viewport={"width": 1400, "height": 900})
                 page.goto(f"{server.url}/lab/tree/burst.ipynb?token={server.token}")
                 expect(page.locator(".jp-Notebook .jp-Cell")).to_have_count(len(CELLS), timeout=60_000)
+                kernel = page.locator(".jp-StatusBar-TextItem", has_text="Python 3 (ipykernel) | Idle")
+                expect(kernel).to_be_visible(timeout=60_000)
 
                 # Submit the first job from the notebook, then follow it in the sidebar.
                 run_cell(page, 0, "[1]")

@@ -334,3 +334,24 @@ def summary(counts: dict[str, Any]) -> str:
     if counts.get("tasks"):
         parts.append(f"{counts['tasks']} finished parallel task(s)")
     return ", ".join(parts) if parts else "nothing"
+
+
+def start_in_runner(store: Store, layout: JobLayout, key: bytes, channel: Any, control_fd: int | None) -> Syncer | None:
+    """In the runner, before the cell: checkpoints go to the Store, joblib tasks resume, notices are heard."""
+    from .. import checkpoint
+    from ..job import ENV_ATTEMPT
+    from . import preemption, resume
+
+    where = os.environ.get(checkpoint.ENV_DIR)
+    if not where:
+        return None
+    root = Path(where)
+    syncer = Syncer(store, layout, key, root, int(os.environ.get(ENV_ATTEMPT) or 0)).start()
+    checkpoint._activate(root, key, on_change=syncer.kick, on_sync=syncer.flush)
+    try:
+        resume.install(root / "tasks")
+    except ImportError:  # no joblib in this environment: nothing to resume
+        pass
+    if control_fd is not None:
+        preemption.listen(control_fd, syncer, channel)
+    return syncer

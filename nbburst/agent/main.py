@@ -18,6 +18,7 @@ import traceback
 from typing import Any
 
 from .. import payload, signing
+from ..durations import format_duration
 from ..env import python_mismatch
 from ..job import (
     ENV_ATTEMPT,
@@ -31,6 +32,7 @@ from ..job import (
     Status,
     Terminal,
 )
+from ..metadata import metadata, on_gce
 from ..store import AlreadyExists, NotFound, Store, open_store
 from . import preemption
 from .checkpoints import local_root, restore, summary
@@ -61,11 +63,7 @@ class Identity:
 
 
 def _metadata(path: str) -> str | None:
-    if not os.environ.get("GCE_METADATA_HOST") and not os.path.exists("/etc/google_instance_id"):
-        return None
-    from ..config import metadata
-
-    return metadata(path, timeout=2.0)
+    return metadata(path, timeout=2.0) if on_gce() else None
 
 
 def _metadata_attribute(name: str) -> str | None:
@@ -134,8 +132,6 @@ class Agent:
                 if self.stop_reason is None and self.store.exists(self.layout.cancel):
                     self._stop_runner(State.CANCELLED, "cancelled by the user")
                 elif self.stop_reason is None and time.time() > deadline:
-                    from ..options import format_duration
-
                     self._stop_runner(State.FAILED,
                                       f"timed out: the job exceeded its time limit of "
                                       f"{format_duration(self.spec.timeout_s)} (--timeout)")
@@ -204,6 +200,7 @@ class Agent:
             os.close(out_r), os.close(err_r), os.close(ev_r), os.close(ctl_w)
             os.chdir(workdir)
             os.environ["NBBURST_CHECKPOINT_DIR"] = str(checkpoints)
+            os.environ[ENV_ATTEMPT] = str(self.attempt)
             os.environ["MPLBACKEND"] = "module://nbburst.agent.mplbackend"
             os.environ.setdefault("IPYTHONDIR", os.path.join(workdir, ".ipython"))
             signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -19,7 +19,9 @@ enclosing task is cached already).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -30,23 +32,56 @@ _ARRAY_MIN = 1 << 16  # arrays at least this big are hashed once per call, not o
 
 
 def install(task_dir: str | os.PathLike[str]) -> None:
-    """Cache the results of the cell's joblib tasks in ``task_dir`` (idempotent)."""
-    import joblib.parallel
+    """Cache the results of the cell's joblib tasks in ``task_dir`` (idempotent).
 
+    joblib is patched when the cell imports it (importing it here would cost
+    every job a quarter of a second), or at once if it is imported already.
+    """
     _state["dir"] = Path(task_dir)
     _state["dir"].mkdir(parents=True, exist_ok=True)
     _state["calls"] = 0
+    module = sys.modules.get("joblib.parallel")
+    if module is not None:
+        _patch(module)
+    elif not any(isinstance(f, _ImportHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _ImportHook())
+
+
+def _patch(module: Any) -> None:
     if _state["original"] is None:
-        _state["original"] = joblib.parallel.Parallel.__call__
-        joblib.parallel.Parallel.__call__ = _call
+        _state["original"] = module.Parallel.__call__
+        module.Parallel.__call__ = _call
+
+
+class _ImportHook:
+    """Patches ``joblib.parallel`` right after it is first imported."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "joblib.parallel":
+            return None
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_patch(module: Any) -> None:
+            exec_module(module)
+            with contextlib.suppress(ValueError):
+                sys.meta_path.remove(self)
+            _patch(module)
+
+        spec.loader.exec_module = exec_and_patch  # type: ignore[method-assign]
+        return spec
 
 
 def uninstall() -> None:
-    import joblib.parallel
-
-    if _state["original"] is not None:
-        joblib.parallel.Parallel.__call__ = _state["original"]
-        _state["original"] = None
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _ImportHook)]
+    module = sys.modules.get("joblib.parallel")
+    if module is not None and _state["original"] is not None:
+        module.Parallel.__call__ = _state["original"]
+    _state["original"] = None
     _state["dir"] = None
 
 

@@ -113,13 +113,19 @@ def _trim(tb, filename: str):
     return head or tb
 
 
-def run(store: Store, layout: JobLayout, spec: JobSpec, key: bytes, channel: Channel) -> int:
-    """Execute the job; commit result.pkl or error.pkl (create-only, signed)."""
+def run(store: Store, layout: JobLayout, spec: JobSpec, key: bytes, channel: Channel,
+        control_fd: int | None = None) -> int:
+    """Execute the job; commit result.pkl or error.pkl (create-only, signed).
+
+    ``control_fd`` is the agent's control pipe (preemption notices): see agent/preemption.py."""
     from .. import reporting
 
     reporting._channel = channel
     from .tqdm_hook import install as install_tqdm_hook  # tqdm bars in the cell feed the job's progress
     install_tqdm_hook()
+    from .checkpoints import start_in_runner  # nbburst.checkpoint, joblib resume, preemption notices
+
+    start_in_runner(store, layout, key, channel, control_fd)
     stop = threading.Event()
     threading.Thread(target=_periodic_c_flush, args=(stop,), daemon=True).start()
     filename = cell_filename(spec.job_id)

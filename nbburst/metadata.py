@@ -1,0 +1,29 @@
+"""The Compute Engine metadata server: identity on a VM, zero configuration on Workbench.
+
+Kept free of other nbburst imports: the agent reads its identity through it
+before anything else is loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.request
+
+METADATA_URL = "http://metadata.google.internal/computeMetadata/v1/"
+
+
+def metadata(path: str, timeout: float = 0.5) -> str | None:
+    """A value from the metadata server, or None off Google Cloud (one short try)."""
+    host = os.environ.get("GCE_METADATA_HOST")
+    base = f"http://{host}/computeMetadata/v1/" if host else METADATA_URL
+    req = urllib.request.Request(base + path, headers={"Metadata-Flavor": "Google"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.read().decode()
+    except Exception:
+        return None
+
+
+def on_gce() -> bool:
+    """Whether a metadata server is there to ask (a VM, or the emulator's instances)."""
+    return bool(os.environ.get("GCE_METADATA_HOST")) or os.path.exists("/etc/google_instance_id")
