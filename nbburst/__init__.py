@@ -39,6 +39,15 @@ def progress(done: float, total: float | None = None, desc: str = "") -> None:
     report(done, total, desc)
 
 
+def __getattr__(name: str) -> Any:
+    """``nbburst.checkpoint`` (save/load/range/folder/on_preempt), imported on first use."""
+    if name == "checkpoint":
+        import importlib
+
+        return importlib.import_module(".checkpoint", __name__)
+    raise AttributeError(f"module 'nbburst' has no attribute {name!r}")
+
+
 def load_ipython_extension(ipython: Any) -> None:
     from .magic import BurstMagics
 

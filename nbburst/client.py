@@ -22,6 +22,8 @@ from .capture import Capture, unpicklable_message
 from .env import manifest
 from .errors import CaptureError, JobCancelled, JobFailed, JobNotFound, RemoteError, UsageError
 from .job import (
+    DESCRIBE_SECONDS,
+    QUICK_STALE_SECONDS,
     STALE_AFTER_SECONDS,
     JobLayout,
     JobSpec,
@@ -74,6 +76,7 @@ class Burst:
         kwargs.setdefault("backend", self.settings.backend)
         kwargs.setdefault("timeout", self.settings.timeout)
         kwargs.setdefault("max_restarts", self.settings.max_restarts)
+        kwargs.setdefault("fallback_on_demand", self.settings.fallback_on_demand)
         return Options.build(**kwargs)
 
     # -- submission -------------------------------------------------------------
@@ -297,10 +300,34 @@ class Job:
             return terminal.state, status, terminal
         if status is None:
             return State.SUBMITTED, None, None
-        if status.state in (State.PROVISIONING, State.RUNNING) and time.time() - status.heartbeat > STALE_AFTER_SECONDS:
-            if self.machines.describe(status.machine or machine_name(self.id)).state in (GONE, STOPPED):
-                return State.PREEMPTED, status, None  # a machine that vanished without a verdict
+        if status.state in (State.PROVISIONING, State.RUNNING) and self._vanished(status):
+            terminal = self.terminal()  # it may have ended just before its machine went
+            if terminal is not None:
+                return terminal.state, status, terminal
+            return State.PREEMPTED, status, None  # a machine that vanished without a verdict, never FAILED
         return status.state, status, None
+
+    def _vanished(self, status: Status) -> bool:
+        """The attempt's machine is stopped or gone, although no verdict was written.
+
+        Asked only once the heartbeat is late: after two missed beats for a started
+        machine, after STALE_AFTER_SECONDS for a launch still in progress (its claim
+        has no ``launched`` time yet), so that a slow launch is never taken for a loss."""
+        quiet = QUICK_STALE_SECONDS if (status.launched or status.state == State.RUNNING) else STALE_AFTER_SECONDS
+        if time.time() - status.heartbeat <= quiet:
+            return False
+        return self._machine_state(status) in (GONE, STOPPED)
+
+    def _machine_state(self, status: Status, fresh: bool = False) -> str:
+        """The machine's state, asked of the backend at most every DESCRIBE_SECONDS (unless ``fresh``)."""
+        name = status.machine or machine_name(self.id)
+        cached = self.__dict__.get("_described")
+        now = time.monotonic()
+        if not fresh and cached and cached[0] == name and now - cached[1] < DESCRIBE_SECONDS:
+            return cached[2]
+        state = self.machines.describe(name).state
+        self._described = (name, now, state)
+        return state
 
     # -- launching ------------------------------------------------------------------
     def key(self) -> bytes:
@@ -321,6 +348,12 @@ class Job:
             reason = f"could not start the machine: {exc}"
             self._commit(State.FAILED, reason, by="client")
             raise JobFailed(reason) from exc
+        claim.launched = claim.heartbeat = time.time()
+        try:  # unless the agent has written already: its status is fresher
+            if Status.from_json(self.store.get(self.layout.status(attempt))).launched == 0:
+                self.store.put(self.layout.status(attempt), claim.to_json())
+        except NotFound:
+            pass
 
     def _commit(self, state: State, reason: str, by: str) -> State:
         try:
@@ -339,20 +372,18 @@ class Job:
             return pricing.cost(pricing.Breakdown(), 0.0)
 
     def supervise(self) -> State:
-        """Relaunch the job if its machine vanished without a verdict (preemption)."""
-        state, status, _ = self._derive_state()
-        if state != State.PREEMPTED or status is None:
-            return state
-        if self.machines.describe(status.machine or machine_name(self.id)).state not in (GONE, STOPPED):
-            return state  # still shutting down
-        if status.attempt > self.spec.max_restarts:
-            return self._commit(State.FAILED, f"preempted {status.attempt} times; gave up after "
-                                f"--max-restarts {self.spec.max_restarts}", by="supervisor")
-        try:
-            self._launch(status.attempt + 1)
-        except AlreadyExists:
-            pass  # another supervisor relaunched it
-        return State.PROVISIONING
+        """Relaunch the job if its machine vanished without a verdict (preemption); returns its state.
+
+        Cheap while nothing needs doing; see :mod:`nbburst.supervisor` (lease, backoff, history)."""
+        from .supervisor import supervise
+
+        return supervise(self)
+
+    def attempts(self) -> list[dict[str, Any]]:
+        """The attempts so far, oldest first (state, start, end, machine, message)."""
+        from .supervisor import attempts
+
+        return attempts(self)
 
     # -- waiting and output -------------------------------------------------------------
     def tail(self) -> LogTail:
@@ -382,7 +413,9 @@ class Job:
             if deadline is not None and time.monotonic() > deadline:
                 return state
             # Poll tightly while the job is young (short cells), then settle to the configured pace.
-            ceiling = 0.02 if time.monotonic() - start < 5 else self.burst.settings.poll_interval
+            young = time.monotonic() - start < 5
+            ceiling = self.store.min_poll_seconds if young else max(self.store.min_poll_seconds,
+                                                                    self.burst.settings.poll_interval)
             delay = 0.005 if got else min(delay * 2, ceiling)
             time.sleep(delay)
 
@@ -502,8 +535,12 @@ class LogTail:
                 yield record
 
     def records(self, attempt: int | None = None) -> list[dict[str, Any]]:
-        out = []
+        """All records (of one attempt), with a marker where each attempt after the first began."""
+        out: list[dict[str, Any]] = []
         for key in self._keys(attempt):
+            number = int(key.split("/")[-2])
+            if key.endswith("/00000000") and number > 1 and attempt is None:
+                out.append({"s": "event", "x": f"--- attempt {number} ---\n", "attempt": number})
             out.extend(decode_records(self.store.get(key)))
         return out
 

@@ -43,6 +43,10 @@ TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
 #: A heartbeat older than this means the agent is gone (crashed, preempted, killed).
 HEARTBEAT_SECONDS = 2.0
 STALE_AFTER_SECONDS = 15.0
+#: A started machine whose heartbeat is this late is asked whether it still exists.
+QUICK_STALE_SECONDS = 2 * HEARTBEAT_SECONDS + 1.0
+#: The backend is asked about a job's machine at most this often by one Job handle.
+DESCRIBE_SECONDS = 2.0
 
 _ID_RE = re.compile(r"^[a-z][a-z0-9-]{2,40}$")
 
@@ -78,6 +82,8 @@ class JobLayout:
     terminal = property(lambda self: self.key("terminal.json"))
     cancel = property(lambda self: self.key("cancel.json"))
     lease = property(lambda self: self.key("lease.json"))
+    lease_prefix = property(lambda self: self.key("lease/"))  # lease/<n>.json: the supervisor's lease (supervisor.py)
+    relaunch = property(lambda self: self.key("relaunch.json"))  # the supervisor's retry state and history
     files = property(lambda self: self.key("files.json"))
     checkpoints = property(lambda self: self.key("checkpoints/"))
     outputs = property(lambda self: self.key("outputs/"))
@@ -116,6 +122,7 @@ class Resources:
     image: str | None = None
     image_family: str | None = None
     workers: int | None = None
+    fallback_on_demand: bool = False  # relaunch on a standard VM when spot capacity is out
 
 
 @dataclass
@@ -172,6 +179,7 @@ class Status:
     machine: str = ""
     message: str = ""
     progress: dict[str, Any] | None = None  # {"done": n, "total": m, "desc": str}
+    launched: float = 0.0  # when the machine was started (0: a launch is still in progress)
 
     def to_json(self) -> bytes:
         data = asdict(self)

@@ -92,6 +92,7 @@ class BurstMagics(Magics):
     @argument("--name", help="a name for the job (usable wherever a job id is)")
     @argument("--timeout", help="hard time limit: 90s, 30m, 2h (default 24h)")
     @argument("--max-restarts", type=int, help="relaunches after preemption before failing (default 10)")
+    @argument("--fallback-on-demand", action="store_true", help="relaunch on a standard VM when spot capacity is out")
     @argument("--detach", action="store_true", help="return a Job handle at once instead of waiting")
     @argument("--out", help="comma-separated names to bring back (default: all assigned)")
     @argument("--files", nargs="+", default=[], help="local files to place in the cell's working folder")
@@ -105,8 +106,8 @@ class BurstMagics(Magics):
             "backend": args.backend, "name": args.name, "cores": args.cores, "memory": args.memory,
             "machine_type": args.machine_type, "gpu": args.gpu, "on_demand": args.on_demand, "zone": args.zone,
             "image": args.image, "image_family": args.image_family, "timeout": args.timeout,
-            "max_restarts": args.max_restarts, "detach": args.detach, "out": args.out, "files": args.files,
-            "workers": args.workers}.items() if v is not None and v is not False})
+            "max_restarts": args.max_restarts, "fallback_on_demand": args.fallback_on_demand,
+            "detach": args.detach, "out": args.out, "files": args.files, "workers": args.workers}.items() if v is not None and v is not False})
         code = self.shell.transform_cell(cell)
         cap = capture(code, self.shell.user_ns, opts.out, set(getattr(self.shell, "user_ns_hidden", ())))
         job = self.client.submit_cell(code, cap, opts)

@@ -312,13 +312,14 @@ def breakdown_of(plan: dict[str, Any] | None, backend: str = "gce") -> Breakdown
 
 def machine_seconds(created: float, statuses: list[Any], ended: float | None = None,
                     now: float | None = None) -> float:
-    """Seconds of machine time over all attempts: attempt 1 from submission, later attempts from
-    their start; each to its last heartbeat, the last one to the job's end (or now while it runs)."""
+    """Seconds of machine time over all attempts: each from its machine's launch (``Status.launched``;
+    without it attempt 1 from submission, later ones from their start) to its last heartbeat, the
+    last one to the job's end (or now while it runs)."""
     now = time.time() if now is None else now
     ordered = sorted(statuses, key=lambda s: s.attempt)
     total = 0.0
     for i, status in enumerate(ordered):
-        start = created if status.attempt <= 1 else status.started
+        start = getattr(status, "launched", 0.0) or (created if status.attempt <= 1 else status.started)
         last = i == len(ordered) - 1
         state = getattr(status.state, "value", status.state)
         if last and ended is not None:

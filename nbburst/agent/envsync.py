@@ -81,9 +81,9 @@ def sync(agent: Agent) -> None:
     try:
         proc = subprocess.run(pip_command(todo), capture_output=True, text=True, timeout=PIP_TIMEOUT_S,
                               stdin=subprocess.DEVNULL)
-        ok, output = proc.returncode == 0, (proc.stdout + proc.stderr).strip()
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        ok, output = False, str(exc)
+        ok = proc.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
     if not ok:
         # One at a time, so one package that cannot be had does not block the others.
         failed = []

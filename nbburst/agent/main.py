@@ -177,7 +177,7 @@ class Agent:
         workdir = os.path.join(os.getcwd(), "work", self.spec.job_id)
         os.makedirs(workdir, exist_ok=True)
         checkpoints = local_root(workdir)
-        self.write_status(state=State.PROVISIONING, message="restoring checkpoints")  # alive: a heartbeat
+        self.write_status(state=State.PROVISIONING, message="restoring checkpoints", launched=time.time())
         try:
             restored = restore(self.store, self.layout, self.ident.key, checkpoints)
         except signing.SignatureError as exc:
@@ -233,7 +233,7 @@ class Agent:
         self.control.fd = ctl_w
         if self.stop_reason is not None and self.stop_reason[0] == State.PREEMPTED:  # noticed while forking
             threading.Thread(target=self._stop_runner, args=self.stop_reason, daemon=True).start()
-        self.write_status(state=State.RUNNING, started=time.time())
+        self.write_status(state=State.RUNNING, started=time.time(), message="")
         self.shipper.pump(out_r, err_r, ev_r)
         watchdog = threading.Thread(target=self._watch, name="nbburst-watchdog", daemon=True)
         watchdog.start()

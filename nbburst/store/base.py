@@ -37,6 +37,8 @@ class Store(abc.ABC):
     """An object store rooted at a URL (``/path``, ``file://...``, ``gs://bucket/prefix``)."""
 
     url: str
+    #: How often a waiting client may usefully poll: remote stores charge per request.
+    min_poll_seconds: float = 0.25
 
     @abc.abstractmethod
     def put(self, key: str, data: bytes) -> None:

@@ -1,0 +1,456 @@
+"""The supervisor: relaunch a preempted job, one supervisor per job, until it ends.
+
+``Job.supervise()`` is the entry point (a waiting cell calls it on every poll,
+the Jupyter server and ``nbburst supervise`` on every pass, see
+:func:`run_forever`). One step:
+
+1. read the job's state (``Job._derive_state``: a machine that is stopped or
+   gone without a terminal state is PREEMPTED, whatever the agent managed to
+   write);
+2. if it is PREEMPTED and its machine is really down, take the job's lease: an
+   object ``lease/<n>.json`` in the job folder, created create-only and valid
+   for ``LEASE_SECONDS``; its holder renews it, anyone may take over an expired
+   one by creating ``lease/<n+1>.json`` (create-only, so one taker wins);
+3. settle what needs no machine: a result or an error already written (the
+   machine died between the result and the verdict), a cancellation, the time
+   limit, ``--max-restarts`` (then FAILED, with the attempts' history);
+4. claim the next attempt (its status, create-only: even two supervisors that
+   both think they hold the lease cannot launch it twice) and restart the
+   machine: ``Machines.restart`` starts the stopped VM, or creates a new one
+   when it is gone;
+5. no capacity: back off (``BACKOFF``) and retry the same attempt, in the next
+   zone with ``--zone auto``, and on a standard VM with
+   ``--fallback-on-demand`` once spot capacity failed everywhere. The retry
+   state and the history live in ``relaunch.json``, so another supervisor can
+   carry on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .job import STALE_AFTER_SECONDS, State, Status
+from .machines.base import GONE, STOPPED, machine_name
+from .store import AlreadyExists, NotFound
+
+if TYPE_CHECKING:
+    from .client import Burst, Job
+
+LEASE_SECONDS = 30.0
+BACKOFF = (5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 300.0)  # seconds between tries when there is no capacity
+MAX_CAPACITY_TRIES = 50
+CAPACITY_MARKERS = ("ZONE_RESOURCE_POOL_EXHAUSTED", "STOCKOUT", "does not have enough resources",
+                    "resource pool exhausted", "no capacity", "insufficient capacity")
+
+
+class NoCapacity(Exception):
+    """The backend could not get a machine now (spot stock-out, zone exhausted); a retry may succeed.
+
+    Machines adapters raise it (or a subclass, or anything with ``no_capacity = True``) from
+    ``launch``/``restart``; ``zone`` names the zone that had none, when known.
+    """
+
+    no_capacity = True
+
+    def __init__(self, message: str, zone: str | None = None):
+        super().__init__(message)
+        self.zone = zone
+
+
+def is_no_capacity(exc: BaseException) -> bool:
+    if isinstance(exc, NoCapacity) or getattr(exc, "no_capacity", False):
+        return True
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return any(m.lower() in text for m in CAPACITY_MARKERS)
+
+
+def holder_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+# -- lease ----------------------------------------------------------------------------------------
+
+
+class Lease:
+    """One supervisor per job: the newest ``lease/<n>.json`` that has not expired names it."""
+
+    def __init__(self, job: Job, holder: str | None = None, seconds: float = LEASE_SECONDS):
+        self.store, self.prefix = job.store, job.layout.lease_prefix
+        self.holder = holder or holder_id()
+        self.seconds = seconds
+        self.number: int | None = None  # the lease object we hold
+        self.expires = 0.0
+
+    def _key(self, n: int) -> str:
+        return f"{self.prefix}{n:08d}.json"
+
+    def _body(self, expires: float) -> bytes:
+        return json.dumps({"holder": self.holder, "expires": expires, "at": time.time()}).encode()
+
+    def current(self) -> tuple[int, dict[str, Any]] | None:
+        for key in reversed(self.store.list(self.prefix)):
+            try:
+                return int(key.rsplit("/", 1)[1].split(".")[0]), json.loads(self.store.get(key))
+            except (NotFound, ValueError):
+                continue
+        return None
+
+    @property
+    def held(self) -> bool:
+        return self.number is not None and time.time() < self.expires
+
+    def acquire(self) -> bool:
+        """Take or renew the lease; False while another supervisor holds it."""
+        now = time.time()
+        if self.held and self.expires - now > self.seconds / 2:
+            return True  # renewed recently enough: no Store round trip
+        found = self.current()
+        if found is not None:
+            n, body = found
+            if body.get("holder") == self.holder:
+                if self._key(n + 1) in self.store.list(self.prefix):
+                    self.number = None  # taken over meanwhile
+                    return False
+                self.expires = now + self.seconds
+                self.store.put(self._key(n), self._body(self.expires))
+                self.number = n
+                return True
+            if body.get("expires", 0) > now:
+                self.number = None
+                return False
+            target = n + 1
+        else:
+            target = 0
+        self.expires = now + self.seconds
+        try:
+            self.store.create(self._key(target), self._body(self.expires))
+        except AlreadyExists:
+            self.number = None
+            return False
+        self.number = target
+        for key in self.store.list(self.prefix):  # the expired ones
+            if key < self._key(target):
+                self.store.delete(key)
+        return True
+
+    def release(self) -> None:
+        """Let another supervisor take over at once."""
+        if self.number is not None:
+            try:
+                self.store.put(self._key(self.number), self._body(0.0))
+            except Exception:
+                pass
+            self.number = None
+            self.expires = 0.0
+
+    def drop(self) -> None:
+        """The job has ended: remove every lease object."""
+        self.number = None
+        try:
+            self.store.delete_prefix(self.prefix)
+        except Exception:
+            pass
+
+
+# -- supervisor -----------------------------------------------------------------------------------
+
+
+class Supervisor:
+    """Relaunches one job after preemptions. Cheap to step while nothing needs doing."""
+
+    def __init__(self, job: Job, holder: str | None = None):
+        self.job = job
+        self.lease = Lease(job, holder)
+
+    # -- state ---------------------------------------------------------------------------------
+    def step(self) -> State:
+        job = self.job
+        state, status, terminal = job._derive_state()
+        if terminal is not None:
+            if self.lease.number is not None:
+                self.lease.drop()
+            return state
+        if status is None:
+            if time.time() - job.spec.created < STALE_AFTER_SECONDS:
+                return State.SUBMITTED
+            # the submitter died between writing the job and claiming its first attempt
+            return self._relaunch(None) if self.lease.acquire() else State.SUBMITTED
+        if state != State.PREEMPTED:
+            return state
+        if job._machine_state(status, fresh=True) not in (GONE, STOPPED):
+            return state  # still shutting down
+        if not self.lease.acquire():
+            return state  # another supervisor has it
+        return self._relaunch(status)
+
+    # -- relaunch --------------------------------------------------------------------------------
+    def _relaunch(self, status: Status | None) -> State:
+        job, store, layout, spec = self.job, self.job.store, self.job.layout, self.job.spec
+        settled = self._settle()
+        if settled is not None:
+            return settled
+        plan = self._load()
+        waiting = plan.get("waiting")
+        now = time.time()
+        if status is not None and waiting and waiting.get("attempt") == status.attempt:
+            if now < waiting.get("next_try", 0):
+                return State.PREEMPTED  # backing off: no capacity at the last try
+            attempt = status.attempt
+            retry = True
+        else:
+            attempt = status.attempt + 1 if status is not None else 1
+            retry = False
+            if status is not None and status.attempt > spec.max_restarts:
+                return self._give_up(f"preempted {status.attempt} times; gave up after --max-restarts "
+                                     f"{spec.max_restarts}")
+            waiting = None
+        name = status.machine if status is not None and status.machine else machine_name(job.id)
+        claim = Status(attempt=attempt, state=State.PROVISIONING, machine=name,
+                       message="relaunching after preemption" if attempt > 1 else "starting")
+        if retry:
+            store.put(layout.status(attempt), claim.to_json())  # ours: we hold the lease and the retry
+        else:
+            try:
+                store.create(layout.status(attempt), claim.to_json())
+            except AlreadyExists:
+                return State.PROVISIONING  # another supervisor relaunched it
+        resources = self._resources(waiting)
+        launch_spec = dataclasses.replace(spec, resources=resources)
+        try:
+            if attempt == 1:
+                job.machines.launch(launch_spec, job.url, job.key(), attempt)
+            else:
+                job.machines.restart(name, launch_spec, job.url, job.key(), attempt)
+        except Exception as exc:
+            if is_no_capacity(exc):
+                return self._no_capacity(attempt, claim, resources, waiting, exc)
+            self._event(plan, attempt, "failed", str(exc), resources)
+            return job._commit(State.FAILED, f"could not restart the machine for attempt {attempt}: {exc}",
+                               by="supervisor")
+        claim.launched = time.time()
+        claim.heartbeat = claim.launched
+        store.put(layout.status(attempt), claim.to_json())
+        plan["waiting"] = None
+        self._event(plan, attempt, "relaunched" if attempt > 1 else "launched", "", resources)
+        return State.PROVISIONING
+
+    def _settle(self) -> State | None:
+        """End the job without a machine when nothing is left to run."""
+        job, store, layout = self.job, self.job.store, self.job.layout
+        if store.exists(layout.result):
+            return job._commit(State.SUCCEEDED, "", by="supervisor")
+        if store.exists(layout.error):
+            from .agent.main import _error_summary
+
+            return job._commit(State.FAILED, _error_summary(store, layout, job.key()), by="supervisor")
+        if store.exists(layout.cancel):
+            return job._commit(State.CANCELLED, "cancelled by the user", by="supervisor")
+        if time.time() > job.spec.created + job.spec.timeout_s:
+            from .options import format_duration
+
+            return job._commit(State.FAILED, f"timed out: the job exceeded its time limit of "
+                               f"{format_duration(job.spec.timeout_s)} (--timeout)", by="supervisor")
+        return None
+
+    def _resources(self, waiting: dict[str, Any] | None) -> Any:
+        resources = self.job.spec.resources
+        if waiting:
+            changes = {}
+            if waiting.get("zone"):
+                changes["zone"] = waiting["zone"]
+            if waiting.get("on_demand"):
+                changes["on_demand"] = True
+            if changes:
+                resources = dataclasses.replace(resources, **changes)
+        return resources
+
+    def _zones(self) -> list[str]:
+        """Zones to rotate through when there is no capacity (``--zone auto`` only)."""
+        job = self.job
+        wanted = job.spec.resources.zone or getattr(job.burst.settings, "zone", "") or ""
+        if wanted != "auto":
+            return []
+        fn = getattr(job.machines, "relaunch_zones", None)
+        if callable(fn):
+            try:
+                return list(fn(job.spec))
+            except Exception:
+                return []
+        return list((job.spec.plan or {}).get("extra", {}).get("zones") or [])
+
+    def _no_capacity(self, attempt: int, claim: Status, resources: Any, waiting: dict[str, Any] | None,
+                     exc: BaseException) -> State:
+        job, spec = self.job, self.job.spec
+        plan = self._load()
+        tries = (waiting or {}).get("tries", 0) + 1
+        if tries >= MAX_CAPACITY_TRIES:
+            return self._give_up(f"no capacity for attempt {attempt} after {tries} tries ({exc})")
+        zone = getattr(exc, "zone", None) or resources.zone or (spec.plan or {}).get("zone")
+        zones = self._zones()
+        tried = list((waiting or {}).get("zones_tried", []))
+        if zone and zone not in tried:
+            tried.append(zone)
+        next_zone = next((z for z in zones if z not in tried), None)
+        on_demand = bool((waiting or {}).get("on_demand"))
+        fallback = spec.resources.fallback_on_demand or getattr(job.burst.settings, "fallback_on_demand", False)
+        if next_zone is None:
+            if fallback and not on_demand and not spec.resources.on_demand:
+                on_demand = True  # spot is out everywhere we may go: a standard VM
+            tried = []  # start the round of zones again
+            next_zone = zones[0] if zones else None
+        delay = BACKOFF[min(tries - 1, len(BACKOFF) - 1)] * random.uniform(0.8, 1.2)
+        if next_zone != zone or on_demand != bool((waiting or {}).get("on_demand")):
+            delay = min(delay, 2.0)  # somewhere else: try soon
+        plan["waiting"] = {"attempt": attempt, "tries": tries, "next_try": time.time() + delay, "zone": next_zone,
+                           "zones_tried": tried, "on_demand": on_demand}
+        where = f" in {zone}" if zone else ""
+        nxt = (f"; next try in {delay:.0f} s" + (f" in {next_zone}" if next_zone and next_zone != zone else "")
+               + (" on a standard VM" if on_demand else ""))
+        claim.state = State.PREEMPTED
+        claim.message = f"no capacity{where}{nxt}"
+        claim.heartbeat = time.time()
+        job.store.put(job.layout.status(attempt), claim.to_json())
+        self._event(plan, attempt, "no-capacity", f"{exc}", resources)
+        return State.PREEMPTED
+
+    def _give_up(self, reason: str) -> State:
+        table = history_text(self.job)
+        return self.job._commit(State.FAILED, f"{reason}. Attempts: {table}" if table else reason, by="supervisor")
+
+    # -- relaunch.json -------------------------------------------------------------------------
+    def _load(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.job.store.get(self.job.layout.relaunch))
+        except (NotFound, ValueError):
+            return {"waiting": None, "events": []}
+
+    def _event(self, plan: dict[str, Any], attempt: int, what: str, detail: str, resources: Any) -> None:
+        plan.setdefault("events", []).append({
+            "at": round(time.time(), 3), "attempt": attempt, "event": what, "detail": detail[:300],
+            "zone": getattr(resources, "zone", None), "on_demand": bool(getattr(resources, "on_demand", False)),
+            "by": self.lease.holder})
+        plan["events"] = plan["events"][-200:]
+        self.job.store.put(self.job.layout.relaunch, json.dumps(plan, indent=1).encode())
+
+
+def supervise(job: Job) -> State:
+    """One supervision step of ``job`` (``Job.supervise()``); the Supervisor is kept on the Job."""
+    sup = job.__dict__.get("_supervisor")
+    if sup is None:
+        sup = job.__dict__["_supervisor"] = Supervisor(job)
+    return sup.step()
+
+
+# -- history --------------------------------------------------------------------------------------
+
+
+def attempts(job: Job) -> list[dict[str, Any]]:
+    """The job's attempts, oldest first: attempt, state, start, end, seconds, machine, message.
+
+    An attempt that a later one followed without saying how it ended was preempted.
+    """
+    statuses = job.statuses()
+    terminal = job.terminal()
+    derived = job._derive_state()[0] if statuses else State.SUBMITTED
+    rows = []
+    for i, s in enumerate(statuses):
+        last = i == len(statuses) - 1
+        state = s.state
+        end: float | None = s.heartbeat
+        if last and terminal is not None:
+            state, end = terminal.state, terminal.at
+        elif last:
+            state = derived
+            if not derived.terminal and derived != State.PREEMPTED:
+                end = None
+        elif not state.terminal and state != State.PREEMPTED:
+            state = State.PREEMPTED
+        message = terminal.reason if last and terminal is not None else s.message
+        rows.append({"attempt": s.attempt, "state": state.value, "start": s.started, "end": end,
+                     "seconds": round(end - s.started, 1) if end else None, "machine": s.machine,
+                     "message": message})
+    return rows
+
+
+def history_text(job: Job) -> str:
+    parts = []
+    for row in attempts(job):
+        start = time.strftime("%H:%M:%S", time.localtime(row["start"]))
+        end = time.strftime("%H:%M:%S", time.localtime(row["end"])) if row["end"] else "…"
+        note = f" ({row['message']})" if row["message"] else ""
+        parts.append(f"#{row['attempt']} {row['state']} {start}-{end}{note}")
+    return "; ".join(parts)
+
+
+def timeline(job: Job) -> Any:
+    """:func:`attempts` as a pandas DataFrame with readable times (a list of dicts without pandas)."""
+    rows = attempts(job)
+    try:
+        import pandas as pd
+    except ImportError:
+        return rows
+    frame = pd.DataFrame(rows, columns=["attempt", "state", "start", "end", "seconds", "machine", "message"])
+    for col in ("start", "end"):
+        frame[col] = pd.to_datetime(frame[col], unit="s", utc=True).dt.tz_convert(None).dt.strftime("%H:%M:%S")
+    return frame.set_index("attempt")
+
+
+# -- long-lived supervisor ------------------------------------------------------------------------
+
+
+def run_once(burst: Burst, supervisors: dict[str, Supervisor] | None = None,
+             report: Callable[[Job, State], None] | None = None) -> int:
+    """Step every unfinished job whose key this session has; returns how many were relaunched."""
+    supervisors = supervisors if supervisors is not None else {}
+    relaunched = 0
+    for job in burst.jobs():
+        if not burst.keyring.has(job.id):
+            continue  # someone else's job: they hold its key, they resume it
+        sup = supervisors.get(job.id)
+        if sup is None:
+            if job.terminal() is not None:
+                continue
+            sup = supervisors[job.id] = Supervisor(job)
+        before = sup.job.attempt
+        try:
+            state = sup.step()
+        except Exception as exc:  # one job's trouble never stops the others
+            print(f"nbburst supervise: job {job.id}: {type(exc).__name__}: {exc}")
+            continue
+        if sup.job.attempt > before:
+            relaunched += 1
+        if report:
+            report(sup.job, state)
+        if state.terminal:
+            supervisors.pop(job.id, None)
+    return relaunched
+
+
+def run_forever(burst: Burst, interval: float = 5.0, stop: threading.Event | None = None,
+                report: Callable[[Job, State], None] | None = None) -> None:
+    """Supervise this session's unfinished jobs every ``interval`` seconds until ``stop`` is set.
+
+    For ``nbburst supervise``: detached jobs get relaunched while no notebook waits for them.
+    On the way out the leases are handed back, so another supervisor takes over at once.
+    """
+    stop = stop or threading.Event()
+    supervisors: dict[str, Supervisor] = {}
+    try:
+        while not stop.is_set():
+            try:
+                run_once(burst, supervisors, report)
+            except Exception as exc:  # the Store is unreachable: try again next time
+                print(f"nbburst supervise: cannot list jobs: {type(exc).__name__}: {exc}")
+            stop.wait(interval)
+    finally:
+        for sup in supervisors.values():
+            sup.lease.release()
