@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import pickle
+import re
 import signal
 import sys
 import threading
@@ -227,7 +228,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     burst = session(args)
     older = parse_duration(args.older_than, "--older-than") if args.older_than else None
     backends = [args.backend] if args.backend else list(dict.fromkeys([burst.settings.backend, "local"]))
-    me = config.owner(burst.settings)
+    me = _as_label(config.owner(burst.settings))
     verb = "would delete" if args.dry_run else "deleted"
     machines_done = folders_done = 0
     problems = 0
@@ -243,7 +244,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
         for m in listed:
             job_id = m.job_id or m.labels.get("nbburst-job", "")
             owner = m.labels.get("nbburst-owner")
-            if owner and owner != me and not args.any_owner:
+            if owner and _as_label(owner) != me and not args.any_owner:
                 continue  # someone else's machine: their gc, not ours
             if not job_id or not valid_job_id(job_id) or not store.exists(JobLayout(job_id).spec):
                 why = "its job is unknown in " + store.url
@@ -280,6 +281,11 @@ def cmd_gc(args: argparse.Namespace) -> int:
     print(f"gc: {verb} {machines_done} machine(s)" + (f" and {folders_done} job folder(s)" if older else "")
           + (" (dry run)" if args.dry_run else ""), file=sys.stderr)
     return EXIT_CONFIG if problems else EXIT_OK
+
+
+def _as_label(value: str) -> str:
+    """An owner as Compute Engine labels spell it (lowercase, [a-z0-9_-], at most 63 characters)."""
+    return re.sub(r"[^a-z0-9_-]", "-", value.lower())[:63] or "unknown"
 
 
 def doctor_checks(burst: Any) -> list[Any]:
@@ -345,28 +351,30 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_supervise(args: argparse.Namespace) -> int:
     """Relaunch preempted jobs until Ctrl-C or SIGTERM (for a server without the Jupyter extension)."""
+    from . import supervisor
+
     burst = session(args)
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     interval = parse_duration(args.interval, "--interval")
     print(f"nbburst supervise: watching unfinished jobs in {burst.store.url} every {format_duration(interval)}; "
-          "Ctrl-C stops", file=sys.stderr)
+          "Ctrl-C stops", file=sys.stderr, flush=True)
     last: dict[str, str] = {}
+
+    def report(job: Any, state: State) -> None:
+        shown = f"{state.value}" + (f" (attempt {job.attempt})" if job.attempt > 1 else "")
+        if last.get(job.id) != shown:
+            last[job.id] = shown
+            print(f"{time.strftime('%H:%M:%S')} {job.id} {job.spec.name}: {shown}", flush=True)
+
     try:
-        while not stop.is_set():
-            for job in burst.jobs():
-                try:
-                    if job.terminal() is not None:
-                        continue
-                    state = job.supervise().value
-                except Exception as exc:
-                    state = f"error: {type(exc).__name__}: {exc}"
-                if last.get(job.id) != state:
-                    print(f"{time.strftime('%H:%M:%S')} {job.id} {job.spec.name}: {state}", flush=True)
-                    last[job.id] = state
-            if args.once:
-                break
-            stop.wait(interval)
+        if args.once:
+            supervisors: dict[str, Any] = {}
+            supervisor.run_once(burst, supervisors, report)
+            for sup in supervisors.values():
+                sup.lease.release()
+        else:
+            supervisor.run_forever(burst, interval, stop, report)
     except KeyboardInterrupt:
         pass
     finally:

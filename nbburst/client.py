@@ -374,10 +374,19 @@ class Job:
     def supervise(self) -> State:
         """Relaunch the job if its machine vanished without a verdict (preemption); returns its state.
 
-        Cheap while nothing needs doing; see :mod:`nbburst.supervisor` (lease, backoff, history)."""
+        Cheap while nothing needs doing; see :mod:`nbburst.supervisor` (lease, backoff, history).
+        Once the job has ended, makes sure its machine is gone (once per handle)."""
         from .supervisor import supervise
 
-        return supervise(self)
+        state = supervise(self)
+        if state.terminal and not self.__dict__.get("_cleaned_up"):
+            self._cleaned_up = True
+            status = self.latest_status()
+            try:  # the agent removes its machine; this covers a VM that could only power itself off
+                self.machines.cleanup(status.machine if status and status.machine else machine_name(self.id))
+            except Exception:
+                pass
+        return state
 
     def attempts(self) -> list[dict[str, Any]]:
         """The attempts so far, oldest first (state, start, end, machine, message)."""
@@ -446,6 +455,14 @@ class Job:
         """Simulate an eviction of the job's machine (fault injection)."""
         status = self.latest_status()
         self.machines.preempt(status.machine if status else machine_name(self.id), grace_s)
+
+    def console(self) -> str:
+        """The machine's boot/console output (the serial port on Compute Engine); "" when there is none."""
+        status = self.latest_status()
+        try:
+            return self.machines.console(status.machine if status and status.machine else machine_name(self.id))
+        except Exception:
+            return ""
 
     # -- results --------------------------------------------------------------------------
     def outcome(self) -> CellResult:

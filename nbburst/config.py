@@ -43,6 +43,9 @@ class NBBurst(Configurable):
     service_account = Unicode("", help="Service account e-mail for VMs (default: the project's default).").tag(
         config=True
     )
+    scopes = Unicode("https://www.googleapis.com/auth/cloud-platform",
+                     help="OAuth scopes of the VMs' service account, comma-separated. Without a compute scope "
+                     "a finished VM powers itself off and the client deletes it.").tag(config=True)
     image = Unicode("", help="VM image (projects/P/global/images/NAME).").tag(config=True)
     image_family = Unicode("", help="VM image family, used when image is not set.").tag(config=True)
     image_project = Unicode("", help="Project of image_family (default: project).").tag(config=True)

@@ -159,26 +159,45 @@ def requirements(code: str = "", modules: list[str] | tuple[str, ...] = ()) -> d
     process has imported, the cell imports, or the job names, plus their installed dependencies."""
     tops = {m.split(".")[0] for m in list(sys.modules)} | imported_modules(code) | {m.split(".")[0] for m in modules}
     tops = {t for t in tops if t and not t.startswith("_") and t not in sys.stdlib_module_names}
-    mapping = metadata.packages_distributions()
-    installed: dict[str, metadata.Distribution] = {}
-    for dist in metadata.distributions():
-        name = dist.metadata.get("Name")
-        if name:
-            installed.setdefault(_normalise(name), dist)
-    todo = [_normalise(d) for t in tops for d in mapping.get(t, [])]
+    mapping, installed = _index(_paths_fingerprint())
+    todo = [d for t in tops for d in mapping.get(t, [])]
     seen: set[str] = set()
     while todo:
         name = todo.pop()
         if name in seen or name in INFRASTRUCTURE or name not in installed:
             continue
         seen.add(name)
-        for req in installed[name].requires or []:
-            if "extra ==" in req:
-                continue
+        todo.extend(installed[name][1])
+    return {name: installed[name][0] for name in sorted(seen) if not installed[name][2]}
+
+
+def _paths_fingerprint() -> tuple:
+    """Changes when a distribution is installed or removed (its folder's modification time)."""
+    out = []
+    for path in sys.path:
+        try:
+            out.append((path, Path(path).stat().st_mtime_ns))
+        except OSError:
+            continue
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=2)
+def _index(_fingerprint: tuple) -> tuple[dict[str, list[str]], dict[str, tuple[str, list[str], bool]]]:
+    """(top-level module -> distributions, distribution -> (version, dependencies, installed locally))."""
+    mapping = {top: [_normalise(d) for d in dists] for top, dists in metadata.packages_distributions().items()}
+    installed: dict[str, tuple[str, list[str], bool]] = {}
+    for dist in metadata.distributions():
+        name = dist.metadata.get("Name")
+        if not name or _normalise(name) in installed:
+            continue
+        deps = []
+        for req in dist.requires or []:
             m = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
-            if m:
-                todo.append(_normalise(m.group(1)))
-    return {name: installed[name].version for name in sorted(seen) if not _local_install(installed[name])}
+            if m and "extra ==" not in req:
+                deps.append(_normalise(m.group(1)))
+        installed[_normalise(name)] = (dist.version, deps, _local_install(dist))
+    return mapping, installed
 
 
 # -- the manifest ---------------------------------------------------------------------------------

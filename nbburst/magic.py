@@ -107,7 +107,8 @@ class BurstMagics(Magics):
             "machine_type": args.machine_type, "gpu": args.gpu, "on_demand": args.on_demand, "zone": args.zone,
             "image": args.image, "image_family": args.image_family, "timeout": args.timeout,
             "max_restarts": args.max_restarts, "fallback_on_demand": args.fallback_on_demand,
-            "detach": args.detach, "out": args.out, "files": args.files, "workers": args.workers}.items() if v is not None and v is not False})
+            "detach": args.detach, "out": args.out, "files": args.files, "workers": args.workers}.items()
+            if v is not None and v is not False})
         code = self.shell.transform_cell(cell)
         cap = capture(code, self.shell.user_ns, opts.out, set(getattr(self.shell, "user_ns_hidden", ())))
         job = self.client.submit_cell(code, cap, opts)

@@ -259,7 +259,7 @@ def cost(breakdown: Breakdown, seconds: float) -> dict[str, Any]:
     out = {k: round(v, 6) for k, v in out.items()}
     out.update({
         "total": round(total, 6), "on_demand": round(on_demand, 6), "saving": round(max(0.0, on_demand - total), 6),
-        "per_hour": round(breakdown.total, 6), "seconds": round(max(0.0, seconds), 1), "spot": breakdown.spot,
+        "per_hour": round(breakdown.total, 6), "seconds": round(max(0.0, seconds), 3), "spot": breakdown.spot,
         "region": breakdown.region, "local": breakdown.local, "as_of": breakdown.as_of,
     })
     return out

@@ -103,7 +103,8 @@ class LabServer:
         conf_d.mkdir(exist_ok=True)
         shutil.copy(SERVER_CONFIG, conf_d / "nbburst.json")
         # Not under test, and it scans the machine for language servers at startup.
-        (conf_d / "zz-tests.json").write_text(json.dumps({"ServerApp": {"jpserver_extensions": {"jupyter_lsp": False}}}))
+        no_lsp = {"ServerApp": {"jpserver_extensions": {"jupyter_lsp": False}}}
+        (conf_d / "zz-tests.json").write_text(json.dumps(no_lsp))
         target = self.data_dir / "labextensions" / labextension_name()
         target.parent.mkdir(parents=True, exist_ok=True)
         target.symlink_to(LABEXTENSION, target_is_directory=True)
@@ -127,7 +128,7 @@ class LabServer:
         self._prepare()
         cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip", "127.0.0.1",
                "--port", str(self.port), "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
-               f"--ServerApp.root_dir={self.root_dir}", "--LabApp.expose_app_in_browser=True"]
+               f"--ServerApp.root_dir={self.root_dir}"]
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(cmd, env=self.env(), cwd=self.root_dir, stdin=subprocess.DEVNULL, stdout=log,
                                      stderr=subprocess.STDOUT, start_new_session=True)

@@ -124,32 +124,50 @@ def test_cancel_and_unfinished_results(burst):
     assert nbburst("preempt", "nap").returncode == EXIT_USAGE
 
 
+def _orphan_machine(burst) -> subprocess.Popen:
+    """A machine in the local registry whose job is not in the Store (its folder was deleted, or it was
+    started against another root): a process group of its own, as the local backend makes them."""
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    job_id = "b20260101-000000-0rphan"
+    folder = burst.machines("local").folder
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"nbburst-{job_id}.json").write_text(json.dumps({
+        "name": f"nbburst-{job_id}", "job_id": job_id, "pid": proc.pid,
+        "started": psutil.Process(proc.pid).create_time(), "attempt": 1, "created": time.time(), "cores": 1}))
+    return proc
+
+
 def test_gc_deletes_orphan_machines_and_old_job_folders(burst):
     done = burst.submit(_square, 3, options=burst.options(name="old"))
     assert done.result(60) == 9
-    orphan = burst.submit(_sleep, 120, options=burst.options(name="orphan"))
     alive = burst.submit(_sleep, 120, options=burst.options(name="alive"))
+    orphan = _orphan_machine(burst)
     deadline = time.monotonic() + 20
-    while orphan.state.value != "RUNNING" or alive.state.value != "RUNNING":
+    while alive.state.value != "RUNNING":
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    assert {m.job_id for m in burst.machines("local").list()} == {orphan.id, alive.id}
-    burst.store.delete_prefix(orphan.layout.prefix)  # its job folder is gone: the machine is an orphan
     try:
         dry = nbburst("gc", "--dry-run", "--older-than", "0.1s")
         assert dry.returncode == EXIT_OK, dry.stderr
-        assert f"would delete machine nbburst-{orphan.id} (local): its job is unknown" in dry.stdout
+        assert "would delete machine nbburst-b20260101-000000-0rphan (local): its job is unknown" in dry.stdout
         assert f"would delete job {done.id} (old): SUCCEEDED" in dry.stdout
         assert alive.id not in dry.stdout  # a running job keeps its machine and its folder
         assert len(burst.machines("local").list()) == 2 and burst.store.exists(done.layout.spec)
+        assert orphan.poll() is None
 
         real = nbburst("gc", "--older-than", "0.1s")
         assert real.returncode == EXIT_OK, real.stderr
+        assert orphan.wait(timeout=10) != 0  # killed
         assert [m.job_id for m in burst.machines("local").list()] == [alive.id]
         assert not burst.store.exists(done.layout.spec) and not burst.keyring.has(done.id)
         assert burst.job("alive").state.value == "RUNNING"
     finally:
         alive.cancel()
+        if orphan.poll() is None:
+            orphan.kill()
+            orphan.wait()
 
 
 def test_doctor_checks_store_state_and_backend(burst_env, tmp_path):

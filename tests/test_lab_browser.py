@@ -66,6 +66,9 @@ def job_row(page, name: str):
 
 
 def test_sidebar_follows_and_cancels_jobs(tmp_path, monkeypatch):
+    if not (REPO / "nbburst" / "labextension" / "package.json").exists():
+        pytest.fail("the lab extension is not built: cd labextension && npm install && npm run build "
+                    "(pip install -e . builds it too)")
     expect = playwright_sync.expect
     store, state = tmp_path / "store", tmp_path / "state"
     env = {"NBBURST_ROOT": str(store), "NBBURST_STATE_DIR": str(state), "NBBURST_BACKEND": "local"}
@@ -80,6 +83,8 @@ def test_sidebar_follows_and_cancels_jobs(tmp_path, monkeypatch):
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 900})
+                page_errors: list[str] = []
+                page.on("pageerror", lambda error: page_errors.append(str(error)))
                 page.goto(f"{server.url}/lab/tree/burst.ipynb?token={server.token}")
                 expect(page.locator(".jp-Notebook .jp-Cell")).to_have_count(len(CELLS), timeout=60_000)
                 kernel = page.locator(".jp-StatusBar-TextItem", has_text="Python 3 (ipykernel) | Idle")
@@ -120,6 +125,7 @@ def test_sidebar_follows_and_cancels_jobs(tmp_path, monkeypatch):
                 page.locator(f"{SIDEBAR} .nbburst-back").click()
                 expect(doomed.locator(".nbburst-state-cancelled")).to_be_visible(timeout=10_000)
                 expect(ok.locator(".nbburst-state-succeeded")).to_be_visible()
+                assert not page_errors, page_errors
             finally:
                 browser.close()
 

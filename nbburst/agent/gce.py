@@ -29,14 +29,13 @@ import urllib.request
 import uuid
 
 from ..job import ENV_JOB_KEY, HEARTBEAT_SECONDS, JobLayout, State, Status
+from ..metadata import metadata, on_gce
 
 DEFAULT_ENDPOINT = "https://compute.googleapis.com"
 COMPUTE_SCOPES = ("https://www.googleapis.com/auth/cloud-platform", "https://www.googleapis.com/auth/compute")
 
 
 def _metadata(path: str, timeout: float = 5.0) -> str | None:
-    from ..config import metadata
-
     return metadata(path, timeout=timeout)
 
 
@@ -44,7 +43,7 @@ def on_job_vm() -> bool:
     """True on a VM started by the gce backend (identity from instance metadata, not the environment)."""
     if os.environ.get(ENV_JOB_KEY):
         return False
-    if not os.environ.get("GCE_METADATA_HOST") and not os.path.exists("/etc/google_instance_id"):
+    if not on_gce():
         return False
     return _metadata("instance/attributes/nbburst-job-url", timeout=2.0) is not None
 

@@ -84,6 +84,7 @@ class Agent:
         self.status_lock = threading.Lock()
         self.shipper = Shipper(store, layout, self.attempt, on_event=self._on_event)
         self.runner_pid: int | None = None
+        self._killer: threading.Timer | None = None
         self.stop_reason: tuple[State, str] | None = None
         self.done = threading.Event()
         self.control = preemption.Control()  # the runner's control pipe (preemption notice, sync)
@@ -142,25 +143,23 @@ class Agent:
                 traceback.print_exc()
 
     def _stop_runner(self, state: State, reason: str) -> None:
-        self.stop_reason = (state, reason)
-        self.shipper.event(f"nbburst: {reason}; stopping the cell")
+        """Ask the cell's process group to stop; it is killed outright after the grace period.
+
+        Never blocks: the main thread reaps the runner (a probe from here would
+        still see it as a zombie until then), and a timer escalates to SIGKILL.
+        """
+        if self.stop_reason is None:
+            self.stop_reason = (state, reason)
+            self.shipper.event(f"nbburst: {reason}; stopping the cell")
         if self.runner_pid is None:
-            return
+            return  # not forked yet: run() sees stop_reason and never starts it
         try:
             os.killpg(self.runner_pid, signal.SIGTERM)
         except ProcessLookupError:
             return
-        end = time.monotonic() + KILL_GRACE_SECONDS
-        while time.monotonic() < end:
-            try:
-                os.killpg(self.runner_pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.05)
-        try:
-            os.killpg(self.runner_pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        self._killer = threading.Timer(KILL_GRACE_SECONDS, _kill_group, args=(self.runner_pid,))
+        self._killer.daemon = True
+        self._killer.start()
 
     # -- run ----------------------------------------------------------------
     def run(self) -> State:
@@ -169,6 +168,9 @@ class Agent:
             self.shipper.event(f"nbburst: refusing to run: {problem}")
             self.shipper.flush()
             return self.commit_terminal(State.FAILED, problem)
+        from .envsync import sync
+
+        sync(self)  # installs the notebook's versions of packages that differ (and then restarts this agent)
         if self.store.exists(self.layout.cancel):
             return self.commit_terminal(State.CANCELLED, "cancelled before it started")
         if self.store.exists(self.layout.result):  # an earlier attempt finished; its machine died before saying so
@@ -187,7 +189,7 @@ class Agent:
         if self.attempt > 1:
             self.shipper.event(f"nbburst: attempt {self.attempt} on {self.ident.machine}, resuming from "
                                f"{summary(restored)}")
-        if self.stop_reason is not None and self.stop_reason[0] == State.PREEMPTED:  # preempted while restoring
+        if self.stop_reason is not None:  # preempted, cancelled or out of time while restoring
             self.shipper.flush()
             return self._finish(0)
         out_r, out_w = os.pipe()
@@ -231,18 +233,16 @@ class Agent:
             pass
         os.close(out_w), os.close(err_w), os.close(ev_w), os.close(ctl_r)
         self.control.fd = ctl_w
-        if self.stop_reason is not None and self.stop_reason[0] == State.PREEMPTED:  # noticed while forking
-            threading.Thread(target=self._stop_runner, args=self.stop_reason, daemon=True).start()
+        if self.stop_reason is not None:  # asked to stop while forking
+            self._stop_runner(*self.stop_reason)
         self.write_status(state=State.RUNNING, started=time.time(), message="")
         self.shipper.pump(out_r, err_r, ev_r)
         watchdog = threading.Thread(target=self._watch, name="nbburst-watchdog", daemon=True)
         watchdog.start()
         _, wait_status = os.waitpid(pid, 0)
-        # The cell may have left processes behind in its group; the job is over for them too.
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        if self._killer is not None:
+            self._killer.cancel()
+        _kill_group(pid)  # the cell may have left processes behind in its group; the job is over for them too
         self.control.close()
         self.shipper.join(timeout=10)
         self.done.set()
@@ -281,6 +281,13 @@ def _error_summary(store: Store, layout: JobLayout, key: bytes) -> str:
         return f"the cell raised an exception ({exc})"
 
 
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def _death(wait_status: int) -> str:
     if os.WIFSIGNALED(wait_status):
         sig = os.WTERMSIG(wait_status)
@@ -311,9 +318,14 @@ def main(argv: list[str]) -> int:
     except (NotFound, signing.SignatureError) as exc:
         print(f"nbburst agent: cannot run job {job_id}: {exc}", file=sys.stderr)
         return 3
+    from .gce import end_machine
+
     if store.exists(layout.terminal):
+        end_machine()
         return 0
     agent = Agent(store, layout, spec, ident)
     preemption.install(agent)  # SIGTERM and the metadata server's notices: soft-off (see preemption.py)
     state = agent.run()
+    if state.terminal:
+        end_machine()  # a Compute Engine VM deletes itself (or powers off); nothing to do locally
     return 0 if state in (State.SUCCEEDED, State.CANCELLED) else 1

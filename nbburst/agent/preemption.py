@@ -134,7 +134,7 @@ def soft_off(agent: Any, reason: str) -> None:
     acked = False
     if control is not None and agent.runner_pid is not None:
         acked = control.ask("preempt", budget())
-    if agent.runner_pid is not None and not acked:
+    if agent.runner_pid is not None and not acked and _alive(agent.runner_pid):
         try:
             agent.shipper.event(f"nbburst: the cell did not finish its preemption work in "
                                 f"{time.monotonic() - started:.1f} s; stopping it anyway")
@@ -144,6 +144,14 @@ def soft_off(agent: Any, reason: str) -> None:
 
 
 _soft_off_lock = threading.Lock()
+
+
+def _alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except OSError:
+        return False
 
 
 def checkpoint_now(agent: Any, reason: str) -> None:

@@ -23,6 +23,7 @@ import contextlib
 import os
 import sys
 import threading
+import types
 from pathlib import Path
 from typing import Any
 
@@ -190,7 +191,11 @@ def _task_keys(call_index: int, tasks: list[Any]) -> list[str]:
     class Hasher(NumpyHasher):
         def save(self, obj: Any) -> None:
             np = self.np
-            if isinstance(obj, np.ndarray) and not obj.dtype.hasobject and obj.nbytes >= _ARRAY_MIN:
+            if _volatile(obj):
+                obj = ("nbburst-volatile", type(obj).__qualname__)
+            elif isinstance(obj, (types.FunctionType, type)) and not _importable(obj):
+                obj = _token(obj)  # defined in the cell: hashed by its code, not by its name
+            elif isinstance(obj, np.ndarray) and not obj.dtype.hasobject and obj.nbytes >= _ARRAY_MIN:
                 entry = arrays.get(id(obj))
                 if entry is None or entry[0] is not obj:
                     entry = (obj, NumpyHasher().hash(obj))
@@ -203,3 +208,80 @@ def _task_keys(call_index: int, tasks: list[Any]) -> list[str]:
         func = getattr(func, "function", func)  # sklearn's _FuncWrapper: its config is not the task
         keys.append(Hasher(hash_name="sha1").hash(("nbburst-task", 1, call_index, index, func, args, kwargs)))
     return keys
+
+
+def _importable(fn: Any) -> bool:
+    obj: Any = sys.modules.get(getattr(fn, "__module__", None) or "")
+    for part in getattr(fn, "__qualname__", "<unknown>").split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return False
+    return obj is fn
+
+
+_visiting: set[int] = set()  # classes and functions being tokenised (a method's super() refers to its class)
+
+
+def _token(obj: Any) -> tuple[Any, ...]:
+    if id(obj) in _visiting:
+        return ("nbburst-ref", getattr(obj, "__qualname__", "?"))
+    _visiting.add(id(obj))
+    try:
+        return _token_of(obj)
+    finally:
+        _visiting.discard(id(obj))
+
+
+def _token_of(obj: Any) -> tuple[Any, ...]:
+    if isinstance(obj, type):
+        members = []
+        for name, value in sorted(vars(obj).items()):
+            if isinstance(value, (staticmethod, classmethod)):
+                value = value.__func__
+            if isinstance(value, types.FunctionType):
+                members.append((name, _token(value)))
+            elif isinstance(value, (int, float, str, bytes, bool, tuple, type(None))):
+                members.append((name, value))
+        bases = tuple(b if _importable(b) else _token(b) for b in obj.__bases__)
+        return ("nbburst-class", obj.__qualname__, bases, tuple(members))
+    return _function_token(obj)
+
+
+def _code_token(code: types.CodeType) -> tuple[Any, ...]:
+    consts = tuple(_code_token(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return ("code", code.co_name, code.co_code, consts, code.co_names, code.co_varnames)
+
+
+def _function_token(fn: types.FunctionType) -> tuple[Any, ...]:
+    closure = tuple(_cell(c) for c in fn.__closure__ or ())
+    return ("nbburst-function", fn.__qualname__, _code_token(fn.__code__), fn.__defaults__, fn.__kwdefaults__,
+            closure)
+
+
+def _cell(cell: Any) -> Any:
+    try:
+        value = cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
+    if isinstance(value, (types.FunctionType, type)) and not _importable(value):
+        return _token(value)
+    return value
+
+
+_VOLATILE_MODULES = ("sklearn.callback",)  # scikit-learn's callback contexts: a fresh UUID and clock per fit
+
+
+def _volatile(obj: Any) -> bool:
+    """Bookkeeping that differs between two runs of the same work (ids, clocks): not part of a task's key."""
+    import datetime
+    import uuid
+
+    if isinstance(obj, (uuid.UUID, datetime.datetime)):
+        return True
+    module = type(obj).__module__ or ""
+    if module.startswith("numpy.random"):
+        # numpy's global RandomState, seeded afresh in every process (scipy distributions hold it):
+        # work that draws from it is not reproducible anyway
+        mtrand = sys.modules.get("numpy.random.mtrand")
+        return mtrand is not None and obj is getattr(mtrand, "_rand", None)
+    return module.startswith(_VOLATILE_MODULES)

@@ -107,6 +107,12 @@ class Machines(abc.ABC):
     def console(self, name: str) -> str:
         """Boot/console output of the machine (serial port on Compute Engine)."""
 
+    def cleanup(self, name: str) -> None:
+        """The job has ended: remove its machine if it is still there. The agent normally ends its own
+        machine; this covers the case where it could not (a VM that could only power itself off).
+        Must not fail when the machine is gone. Default: nothing (the local agent's process just ends)."""
+        return None
+
 
 def machine_name(job_id: str) -> str:
     return f"nbburst-{job_id}"

@@ -40,6 +40,7 @@ from typing import Any
 from .. import config, dist, pricing
 from ..errors import BurstError, UnsupportedOption, UsageError
 from ..job import JobLayout, JobSpec, Resources
+from ..metadata import metadata as _md
 from . import gce_scripts, gce_types
 from .base import GONE, PROVISIONING, RUNNING, STOPPED, STOPPING, Check, MachineInfo, Machines, Plan, machine_name
 
@@ -64,6 +65,16 @@ NO_CREDENTIALS = (
 
 class _NoCapacity(Exception):
     pass
+
+
+class NoCapacityError(BurstError):
+    """No capacity for the VM now (the supervisor backs off and retries, see nbburst.supervisor)."""
+
+    no_capacity = True
+
+    def __init__(self, message: str, zone: str | None = None):
+        super().__init__(message)
+        self.zone = zone
 
 
 class _NotOffered(Exception):
@@ -98,13 +109,13 @@ def _maybe_on_gce() -> bool:
 
 @functools.lru_cache(maxsize=8)
 def _workbench(host: str) -> dict[str, str] | None:
-    if not _maybe_on_gce() or config.metadata("instance/attributes/proxy-url", timeout=1.0) is None:
+    if not _maybe_on_gce() or _md("instance/attributes/proxy-url", timeout=1.0) is None:
         return None
     return {
-        "project": config.metadata("project/project-id", timeout=2.0) or "",
-        "zone": _zone_of(config.metadata("instance/zone", timeout=2.0) or ""),
-        "service_account": config.metadata("instance/service-accounts/default/email", timeout=2.0) or "",
-        "image": config.metadata("instance/image", timeout=2.0) or "",
+        "project": _md("project/project-id", timeout=2.0) or "",
+        "zone": _zone_of(_md("instance/zone", timeout=2.0) or ""),
+        "service_account": _md("instance/service-accounts/default/email", timeout=2.0) or "",
+        "image": _md("instance/image", timeout=2.0) or "",
     }
 
 
@@ -592,6 +603,18 @@ class GCEMachines(Machines):
         if codes:
             raise BurstError(f"{what}: {message or ', '.join(codes)}")
 
+    def _launch_zones(self, spec: JobSpec, plan: dict[str, Any]) -> list[str]:
+        """The planned zones, unless the resources now name another zone (a supervisor moving the job)."""
+        zones = list((plan.get("extra") or {}).get("zones") or [plan["zone"]])
+        wanted = spec.resources.zone
+        if wanted and _ZONE_RE.match(wanted) and wanted != plan.get("zone"):
+            return [wanted]
+        return zones
+
+    def relaunch_zones(self, spec: JobSpec) -> list[str]:
+        """Zones a supervisor may move a job to when its zone has no capacity (``--zone auto``)."""
+        return list((spec.plan.get("extra") or {}).get("zones") or [])
+
     def launch(self, spec: JobSpec, job_url: str, key: bytes, attempt: int, *, skip_zones: tuple[str, ...] = ()
                ) -> str:
         name = machine_name(spec.job_id)
@@ -599,12 +622,12 @@ class GCEMachines(Machines):
         t0 = time.perf_counter()
         self._publish(spec, job_url, key)
         self.timings = {"upload_dist": time.perf_counter() - t0}
-        zones = [z for z in (plan.get("extra") or {}).get("zones") or [plan["zone"]] if z not in skip_zones]
-        spot = bool(plan.get("spot", True))
+        zones = [z for z in self._launch_zones(spec, plan) if z not in skip_zones]
+        spot = bool(plan.get("spot", True)) and not spec.resources.on_demand
+        fallback = spot and (spec.resources.fallback_on_demand or self.settings.fallback_on_demand)
         tried: list[str] = []
         t1 = time.perf_counter()
-        modes = [spot] + ([False] if spot and self.settings.fallback_on_demand else [])
-        for use_spot in modes:
+        for use_spot in [spot] + ([False] if fallback else []):
             for zone in zones:
                 resource = self.instance_resource(spec, job_url, key, attempt, zone, plan, use_spot)
                 try:
@@ -624,13 +647,14 @@ class GCEMachines(Machines):
         kind = "spot" if spot else "on-demand"
         if len(zones) == 1 and len(tried) == 1:
             region = pricing.region_of(zones[0])
-            raise BurstError(
+            raise NoCapacityError(
                 f"zone {zones[0]} has no capacity for {plan['machine_type']} {kind} VMs right now "
                 f"(ZONE_RESOURCE_POOL_EXHAUSTED). Try --zone auto (the other zones of {region}), "
-                f"{'--on-demand, ' if spot else ''}another machine type, or again later")
-        raise BurstError(
+                f"{'--on-demand, ' if spot else ''}another machine type, or again later", zones[0])
+        raise NoCapacityError(
             f"no capacity for {plan['machine_type']} {kind} VMs in any zone tried: {', '.join(tried)}. Try "
-            f"{'--on-demand, ' if spot else ''}another region (c.NBBurst.zone) or machine type, or again later")
+            f"{'--on-demand, ' if spot else ''}another region (c.NBBurst.zone) or machine type, or again later",
+            zones[-1] if zones else None)
 
     def _publish(self, spec: JobSpec, job_url: str, key: bytes) -> None:
         root, _, job_id = job_url.rstrip("/").rpartition("/jobs/")
@@ -707,28 +731,35 @@ class GCEMachines(Machines):
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def restart(self, name: str, spec: JobSpec, job_url: str, key: bytes, attempt: int) -> str:
+        """Start the stopped VM again (its disk keeps the venv and pip cache), or make a new one when it is
+        gone, or elsewhere when the supervisor moves the job (another zone, on-demand)."""
+        from google.cloud import compute_v1
+
         found = self._get(name)
         if found is None:
             return self.launch(spec, job_url, key, attempt)
         inst, zone = found
         if inst.status not in ("TERMINATED", "STOPPED"):
             raise BurstError(f"machine {name} is {inst.status}; it can be restarted once it has stopped")
+        failure = self.boot_failure(name, found)
+        if failure:
+            raise BurstError(failure)  # starting it again would fail the same way
+        wanted = spec.resources.zone
+        moved = bool(wanted and _ZONE_RE.match(wanted) and wanted != zone)
+        to_standard = spec.resources.on_demand and inst.scheduling.provisioning_model == "SPOT"
+        if moved or to_standard:
+            log.info("nbburst: %s: replacing the VM in %s (%s)", name, zone,
+                     f"moving to {wanted}" if moved else "on-demand")
+            self.delete(name, wait=True)
+            return self.launch(spec, job_url, key, attempt)
         self._set_attempt(inst, zone, attempt)
         what = f"starting VM {name} in {zone}"
-        from google.cloud import compute_v1
-
         request = compute_v1.StartInstanceRequest(project=self.project, zone=zone, instance=name,
                                                   request_id=str(uuid.uuid4()))
         op = self._api(what, self.instances.start, request=request, timeout=60)
         codes, message = self._op_error(self._wait(zone, op, what))
         if any(c in _CAPACITY_CODES for c in codes):
-            zones = (spec.plan.get("extra") or {}).get("zones") or []
-            if len(zones) > 1 or self.settings.fallback_on_demand:
-                log.warning("nbburst: %s: no capacity in %s; making a new VM elsewhere", name, zone)
-                self.delete(name, wait=True)
-                return self.launch(spec, job_url, key, attempt, skip_zones=(zone,) if len(zones) > 1 else ())
-            raise BurstError(f"{what}: zone {zone} has no capacity right now ({message}); the job stays on this "
-                             "VM's disk: it is retried at the next relaunch (--zone auto also tries other zones)")
+            raise NoCapacityError(f"{what}: zone {zone} has no capacity right now ({message or codes[0]})", zone)
         if codes:
             raise BurstError(f"{what}: {message or ', '.join(codes)}")
         return name
@@ -773,28 +804,43 @@ class GCEMachines(Machines):
             self._wait(zone, op, f"deleting VM {name}")
 
     def cleanup(self, name: str) -> None:
-        """The job ended: delete its VM unless it is gone already (the agent deletes its own)."""
+        """The job ended: delete its VM unless it is gone or being deleted already (the agent deletes its own;
+        a VM that could only power itself off is deleted here)."""
         found = self._get(name)
-        if found is not None:
+        if found is not None and "delete" not in self._operations_on(*found):
             self.delete(name)
 
-    def boot_failure(self, name: str) -> str | None:
-        found = self._get(name)
+    def _operations_on(self, inst: Any, zone: str, since: float = 0.0) -> set[str]:
+        """Types of the zone operations on this VM (insert, delete, compute.instances.preempted, ...)."""
+        from google.cloud import compute_v1
+
+        request = compute_v1.ListZoneOperationsRequest(project=self.project, zone=zone,
+                                                       filter=f'targetId = "{inst.id}"')
+        return {op.operation_type for op in self._api("reading the VM's history", self.operations.list,
+                                                       request=request, timeout=30)
+                if _timestamp(op.insert_time) >= since}
+
+    def boot_failure(self, name: str, found: tuple[Any, str] | None = None) -> str | None:
+        """Why a stopped VM is a failure rather than a preemption: its last boot ended before the agent
+        could run the job (no Python, no nbburst install, job not readable), per its serial console.
+        None when it was preempted or stopped for maintenance, or the agent did run."""
+        found = found or self._get(name)
         if found is None:
             return None
         inst, zone = found
         if inst.status not in ("TERMINATED", "STOPPED"):
             return None
-        from google.cloud import compute_v1
-
-        started = _timestamp(inst.last_start_timestamp)
-        request = compute_v1.ListZoneOperationsRequest(project=self.project, zone=zone,
-                                                       filter=f'targetId = "{inst.id}"')
-        for op in self._api("reading the VM's history", self.operations.list, request=request, timeout=30):
-            if op.operation_type in _PREEMPTION_OPS and _timestamp(op.insert_time) >= started - 1:
-                return None  # preempted or ended for maintenance: a relaunch, not a failure
-        return (f"the machine {name} stopped before the nbburst agent started on it (a boot failure, not a "
-                f"preemption). Last lines of its serial console:\n{console_tail(self.console(name))}")
+        if self._operations_on(inst, zone, since=_timestamp(inst.last_start_timestamp) - 1) & set(_PREEMPTION_OPS):
+            return None  # preempted or ended for maintenance: a relaunch, not a failure
+        console = self.console(name)
+        last_boot = console[console.rfind("nbburst-startup: begin"):] if "nbburst-startup: begin" in console else ""
+        if not last_boot:
+            return None  # our script never ran (or the console is gone): nothing to blame it on
+        exited = re.findall(r"nbburst-startup: agent exited with status (\d+)", last_boot)
+        if "nbburst-startup: agent starting" in last_boot and not (exited and exited[-1] in ("2", "3")):
+            return None
+        return (f"the machine {name} stopped before the nbburst agent could run the job (a boot failure, not a "
+                f"preemption). Last lines of its serial console:\n{console_tail(last_boot)}")
 
     def preempt(self, name: str, grace_s: float) -> None:
         found = self._get(name)

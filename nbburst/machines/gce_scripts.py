@@ -88,8 +88,15 @@ bucket = client.bucket(bucket_name)
 
 
 def fetch(key):
+    from google.api_core import exceptions as gexc
+
     try:
         return bucket.blob(prefix + key).download_as_bytes(timeout=60)
+    except gexc.NotFound:
+        die(f"cannot read {root}/{key}: it does not exist (a wrong job URL, or the job was deleted)")
+    except gexc.Forbidden as exc:
+        die(f"cannot read {root}/{key}: permission denied; the VM's service account needs read/write access "
+            f"to gs://{bucket_name} ({exc.message})")
     except Exception as exc:
         die(f"cannot read {root}/{key}: {type(exc).__name__}: {exc}")
 

@@ -3,23 +3,21 @@
 Enabled by ``jupyter-config/server-config/nbburst.json`` (installed into
 ``etc/jupyter/jupyter_server_config.d``). Settings are nbburst's own
 (``c.NBBurst.*`` in the server's config, ``NBBURST_*`` variables, see
-:mod:`nbburst.config`) plus two of the server extension itself::
+:mod:`nbburst.config`) plus those of the server extension itself::
 
     c.NBBurstServer.supervise = True          # relaunch preempted detached jobs
     c.NBBurstServer.supervise_interval = 5.0  # seconds between passes
+    c.NBBurstServer.threads = 4               # threads for the REST API's Store calls
 """
 
 from __future__ import annotations
 
 import atexit
-import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from traitlets import Bool, Float, Int
 from traitlets.config import Configurable
-
-log = logging.getLogger("nbburst.server")
 
 
 class NBBurstServer(Configurable):
@@ -40,6 +38,7 @@ class Extension:
         from .supervisor_host import HostedSupervisor
 
         self.serverapp = serverapp
+        self.log = serverapp.log
         self.options = NBBurstServer(config=serverapp.config)
         self.executor = ThreadPoolExecutor(max_workers=max(1, self.options.threads),
                                            thread_name_prefix="nbburst-api")
@@ -50,12 +49,13 @@ class Extension:
         try:
             settings = config.load(serverapp.config)
             self.where = config.store_url(settings)
-            self.manager = JobsManager(Burst(settings))
+            self.manager = JobsManager(Burst(settings), log=self.log)
         except Exception as exc:  # a bad setting must not take the server down: the API reports it
             self.problem = str(exc)
-            log.error("nbburst: cannot configure the server extension: %s", exc)
+            self.log.error("nbburst: cannot configure the server extension: %s", exc)
         if self.manager is not None and self.options.supervise:
-            self.supervisor = HostedSupervisor(self.manager, self.options.supervise_interval, alive=self._server_alive)
+            self.supervisor = HostedSupervisor(self.manager, self.options.supervise_interval,
+                                               alive=self._server_alive, log=self.log)
         self.stopped = False
 
     def _server_alive(self) -> bool:

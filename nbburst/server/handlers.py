@@ -8,7 +8,6 @@ responsive. Errors are JSON: ``{"message": ...}``.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
@@ -24,9 +23,6 @@ from .manager import JobsManager
 
 API = "nbburst/api"
 SETTINGS_KEY = "nbburst"
-
-log = logging.getLogger("nbburst.server")
-
 
 class ApiError(web.HTTPError):
     """An error answered as ``{"message": ...}`` with ``status``."""

@@ -24,14 +24,12 @@ MAX_LOG_CHARS = 256 * 1024
 #: Rendered chunk texts kept in memory (characters, summed).
 TEXT_CACHE_CHARS = 8 * 1024 * 1024
 
-log = logging.getLogger("nbburst.server")
-
-
 class JobsManager:
     """The server's view of the jobs in the configured Store."""
 
-    def __init__(self, burst: Burst):
+    def __init__(self, burst: Burst, log: logging.Logger | None = None):
         self.burst = burst
+        self.log = log or logging.getLogger("nbburst.server")
         self._lock = threading.Lock()
         self._jobs: dict[str, Job] = {}  # id -> handle (its spec is cached in it)
         self._final: dict[str, dict[str, Any]] = {}  # id -> info() of a terminal job
@@ -66,6 +64,11 @@ class JobsManager:
                 self._final.pop(gone, None)
         return out
 
+    def known_jobs(self) -> list[Job]:
+        """The handles seen so far (no Store call)."""
+        with self._lock:
+            return list(self._jobs.values())
+
     def is_final(self, job_id: str) -> bool:
         with self._lock:
             return job_id in self._final
@@ -94,7 +97,7 @@ class JobsManager:
             except (JobNotFound, NotFound):
                 continue  # deleted while we looked
             except Exception:
-                log.warning("nbburst: cannot read job %s", job.id, exc_info=True)
+                self.log.warning("nbburst: cannot read job %s", job.id, exc_info=True)
                 continue
             if state == "running" and info["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
                 continue
@@ -103,25 +106,38 @@ class JobsManager:
         return infos
 
     def job(self, ref: str) -> Job:
-        """A job by id or name; :class:`JobNotFound` otherwise."""
+        """A job by id, or by name (the newest of that name); :class:`JobNotFound` otherwise."""
+        store = self.burst.store
         if valid_job_id(ref):
             with self._lock:
                 job = self._jobs.get(ref)
             if job is not None:
                 return job
-        job = self.burst.job(ref)
-        with self._lock:
-            return self._jobs.setdefault(job.id, job)
+            if store.exists(JobLayout(ref).spec):
+                with self._lock:
+                    return self._jobs.setdefault(ref, Job(self.burst, ref, store))
+        named = []
+        for job in self.jobs():
+            try:
+                if job.spec.name == ref:
+                    named.append(job)
+            except (JobNotFound, NotFound):
+                continue
+        if not named:
+            raise JobNotFound(f"no job with id or name {ref!r} in {store.url}")
+        return max(named, key=lambda j: (j.spec.created, j.id))
 
     def detail(self, ref: str) -> dict[str, Any]:
+        """The summary plus the attempts (an attempt followed by another one was preempted)."""
+        from ..supervisor import attempts
+
         job = self.job(ref)
         info = self.info(job)
-        statuses = job.statuses()
-        attempts = [{"attempt": s.attempt, "state": s.state.value, "started": s.started, "machine": s.machine}
-                    for s in statuses]
-        if attempts:  # the latest attempt ends as the job does (a client-side cancel does not rewrite it)
-            attempts[-1]["state"] = info["state"]
-        return {**info, "attempts": attempts}
+        rows = [{"attempt": a["attempt"], "state": a["state"], "started": a["start"], "ended": a["end"],
+                 "seconds": a["seconds"], "machine": a["machine"], "message": a["message"]} for a in attempts(job)]
+        if rows and info["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            rows[-1]["state"] = info["state"]  # the verdict, even if it was committed after we looked
+        return {**info, "attempts": rows}
 
     def cancel(self, ref: str) -> dict[str, Any]:
         job = self.job(ref)

@@ -19,18 +19,18 @@ from collections.abc import Callable
 
 from .manager import JobsManager
 
-log = logging.getLogger("nbburst.server")
-
 
 class HostedSupervisor:
-    def __init__(self, manager: JobsManager, interval: float = 5.0, alive: Callable[[], bool] | None = None):
+    def __init__(self, manager: JobsManager, interval: float = 5.0, alive: Callable[[], bool] | None = None,
+                 log: logging.Logger | None = None):
         self.manager = manager
+        self.log = log or logging.getLogger("nbburst.server")
         self.interval = interval
         self.alive = alive or (lambda: True)
         self.passes = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._reported: dict[str, str] = {}  # job id -> last error shown (each shown once)
+        self._reported: dict[str, str] = {}  # job id ('' for the listing) -> last problem logged
 
     @property
     def running(self) -> bool:
@@ -44,21 +44,30 @@ class HostedSupervisor:
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop after the job being handled (a relaunch is never cut in half)."""
+        """Stop after the job being handled (a relaunch is never cut in half), and hand the leases back."""
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
+        self.release_leases()
+
+    def release_leases(self) -> None:
+        """Release the jobs' leases we hold, so that another supervisor takes over at once, not on expiry."""
+        for job in self.manager.known_jobs():
+            sup = job.__dict__.get("_supervisor")  # kept on the Job by nbburst.supervisor.supervise()
+            if getattr(sup, "lease", None) is not None:
+                sup.lease.release()
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             if not self.alive():
-                log.debug("nbburst: the server is gone; hosted supervisor stops")
+                self.log.debug("nbburst: the server is gone; hosted supervisor stops")
                 return
             try:
                 self.run_once()
-            except Exception as exc:  # the Store is unreachable: try again next time
-                log.warning("nbburst: hosted supervisor: cannot list jobs: %s", exc)
+                self._reported.pop("", None)
+            except Exception as exc:  # the Store is unreachable: try again next time, say it once
+                self._report("", f"cannot list jobs: {type(exc).__name__}: {exc}")
 
     def run_once(self) -> int:
         """Supervise every unfinished job once; returns how many were relaunched."""
@@ -76,13 +85,17 @@ class HostedSupervisor:
                     self.manager.info(job)  # caches it: never looked at again
                 elif job.attempt > before:
                     relaunched += 1
-                    log.info("nbburst: relaunched preempted job %s (%s), attempt %d", job.name, job.id, job.attempt)
+                    self.log.info("nbburst: relaunched preempted job %s (%s), attempt %d",
+                                  job.name, job.id, job.attempt)
                 self._reported.pop(job.id, None)
             except Exception as exc:
-                message = f"{type(exc).__name__}: {exc}"
-                if self._reported.get(job.id) != message:
-                    self._reported[job.id] = message
-                    log.warning("nbburst: hosted supervisor: job %s: %s", job.id, message)
+                self._report(job.id, f"job {job.id}: {type(exc).__name__}: {exc}")
         self.passes += 1
         return relaunched
+
+    def _report(self, key: str, message: str) -> None:
+        """Log a problem once, not at every pass while it lasts."""
+        if self._reported.get(key) != message:
+            self._reported[key] = message
+            self.log.warning("nbburst: hosted supervisor: %s", message)
 

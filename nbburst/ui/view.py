@@ -34,6 +34,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..client import LogTail, render_text
+from ..errors import JobNotFound
 from ..job import State
 from ..options import format_duration
 from ..pricing import usd
@@ -152,8 +153,12 @@ class JobView:
     def finish(self) -> None:
         """The cell's wait returned (blocking mode): render the last records and the summary."""
         self._halt()
-        self._tick(force_info=True)
-        self._render_done()
+        try:
+            self._tick(force_info=True)
+            self._render_done()
+        except Exception as exc:  # the view must never fail the cell whose job it shows
+            self.error = exc
+            self.note.value = html.escape(f"(view: {type(exc).__name__}: {exc})")
 
     def detach(self, note: str = "") -> None:
         """Stop following the job; it keeps running."""
@@ -204,6 +209,11 @@ class JobView:
                     self._tick(force_info=True)  # the last log chunks
                     self._render_done()
                     return
+            except JobNotFound as exc:  # the job is gone (deleted by `nbburst gc`): nothing left to follow
+                self.error = exc
+                self.note.value = html.escape(f"(view: {exc})")
+                self.mode = "detached"
+                return
             except Exception as exc:  # a flaky Store must not kill the view: show it, retry
                 self.error = exc
                 self.note.value = html.escape(f"(view: {type(exc).__name__}: {exc}; retrying)")

@@ -1,0 +1,148 @@
+"""Time from "cell starts" to "job RUNNING" on the gce backend, phase by phase, on the emulators.
+
+    python bench/launch.py [--runs 5] [--operation-delay 0]
+
+Starts the Compute Engine and GCS emulators, submits a trivial job (``nbburst.submit``-style, as a
+cell would) with ``--backend gce``, and splits the time until the agent reports RUNNING into:
+
+  plan         machine type, image, quota and bucket checks (Compute API reads)
+  upload       the job's files, the nbburst wheel (once per Store) and the dist manifest
+  insert       instances.insert + waiting on the operation
+  boot         operation done -> the startup script's first line (the emulator's "boot")
+  install      startup script: read the signed manifest, venv, download + pip install the wheel
+  agent start  python -m nbburst.agent: imports, identity, job spec, environment check begins
+  env sync     comparing the job's package list with the VM's (nothing to install: a matching image)
+  to RUNNING   checkpoints restored, the cell's process forked, status RUNNING written
+
+The first run of a process is "cold" (client libraries imported, catalog listed, wheel built and
+uploaded); the others are "warm" (a second cell in the same kernel). VM-side times come from the
+``t=`` stamps the startup script and the agent print to the serial console. On real Compute Engine,
+``boot`` is the VM's boot (published figures: about 25 s up to 32 vCPUs); everything else is ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PHASES = ["plan", "upload", "insert", "boot", "install", "agent start", "env sync", "to RUNNING"]
+
+
+def stamp(console: str, pattern: str) -> float:
+    m = re.search(pattern + r".*? t=([0-9.]+)", console)
+    if not m:
+        raise RuntimeError(f"no {pattern!r} in the serial console:\n{console[-2000:]}")
+    return float(m.group(1))
+
+
+def one_run(burst, compute) -> dict[str, float]:
+    from nbburst.job import State
+    from nbburst.machines.base import machine_name
+
+    machines = burst.machines("gce")
+    marks: dict[str, float] = {}
+    real_plan, real_write, real_launch = machines.plan, burst._write_job, machines.launch
+
+    def plan(resources):
+        t = time.time()
+        try:
+            return real_plan(resources)
+        finally:
+            marks["plan"] = time.time() - t
+
+    def write_job(*args, **kwargs):
+        t = time.time()
+        try:
+            return real_write(*args, **kwargs)
+        finally:
+            marks["write_job"] = time.time() - t
+
+    def launch(*args, **kwargs):
+        try:
+            return real_launch(*args, **kwargs)
+        finally:
+            marks["launched_at"] = time.time()
+
+    machines.plan, burst._write_job, machines.launch = plan, write_job, launch
+    try:
+        t0 = time.time()
+        job = burst.submit(abs, -1, options=burst.options(backend="gce", cores=2))
+        status = None
+        while status is None or status.state != State.RUNNING:
+            status = job.latest_status()
+            if job.terminal() is not None:
+                break
+            time.sleep(0.01)
+        running_at = status.started
+        console = compute.serial_output(machine_name(job.id))
+        job.wait(timeout=60)
+    finally:
+        machines.plan, burst._write_job, machines.launch = real_plan, real_write, real_launch
+    begin = stamp(console, "nbburst-startup: begin")
+    agent = stamp(console, "nbburst-startup: agent starting")
+    m = re.search(r"nbburst-envsync: .*?\(([0-9.]+) s\) t=([0-9.]+)", console)
+    sync_end, sync_s = float(m.group(2)), float(m.group(1))
+    return {
+        "plan": marks["plan"],
+        "upload": marks["write_job"] + machines.timings["upload_dist"],
+        "insert": machines.timings["insert"],
+        "boot": begin - marks["launched_at"],
+        "install": agent - begin,
+        "agent start": sync_end - sync_s - agent,
+        "env sync": sync_s,
+        "to RUNNING": running_at - sync_end,
+        "total": running_at - t0,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=4, help="jobs to launch (the first is cold)")
+    parser.add_argument("--operation-delay", type=float, default=0.0,
+                        help="the emulator's delay per operation step, seconds (0: our overhead only)")
+    args = parser.parse_args(argv)
+
+    from nbburst.testing import ComputeEmulator
+    from nbburst.testing.gcs_emulator import GCSEmulator
+
+    base = Path(tempfile.mkdtemp(prefix="nbburst-bench-"))
+    compute = ComputeEmulator(base / "compute", operation_delay=args.operation_delay, stop_grace=5,
+                              preemption_grace=2).start()
+    gcs = GCSEmulator().start()
+    try:
+        gcs.create_bucket("bench")
+        os.environ.update(gcs.env())
+        os.environ.update(compute.env())
+        os.environ.update({"NBBURST_ROOT": "gs://bench/nbburst", "NBBURST_BACKEND": "gce",
+                           "GOOGLE_CLOUD_PROJECT": compute.project, "NBBURST_STATE_DIR": str(base / "state")})
+        from nbburst.client import Burst
+
+        burst = Burst()
+        runs = [one_run(burst, compute) for _ in range(args.runs)]
+    finally:
+        compute.stop()
+        gcs.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+    cold, warm = runs[0], runs[1:] or runs[:1]
+    print(f"\ncell start -> RUNNING on the emulators ({args.runs} jobs, emulator operation delay "
+          f"{args.operation_delay:g} s, {os.cpu_count()} CPUs)\n")
+    print(f"{'phase':<14}{'cold (1st job)':>16}{'warm (median)':>16}")
+    for phase in [*PHASES, "total"]:
+        med = statistics.median(r[phase] for r in warm)
+        line = f"{phase:<14}{cold[phase]:>14.2f} s{med:>14.2f} s"
+        print(("-" * 46 + "\n" if phase == "total" else "") + line)
+    ours = statistics.median(r["total"] - r["boot"] for r in warm)
+    print(f"\nnbburst's own overhead (total minus boot), warm: {ours:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

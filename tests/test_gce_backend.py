@@ -1,0 +1,288 @@
+"""The Compute Engine backend end to end, against the emulators with the real client libraries.
+
+Each VM is a local process group running the real startup script: it downloads the client's nbburst
+wheel from the GCS emulator, installs it in a venv on the instance's disk and runs the agent, which
+deletes its own VM at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+from nbrun import error, run, stream
+
+from nbburst.client import Burst
+from nbburst.errors import UsageError
+from nbburst.job import State
+from nbburst.machines.base import machine_name
+from nbburst.machines.gce import GCEMachines
+from nbburst.pricing import family_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def gce_env(emulator_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("NBBURST_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("NBBURST_TIMEOUT", raising=False)
+    return emulator_env
+
+
+def wait_for(predicate, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def inserts(emu) -> list[dict]:
+    return [r for r in emu.request_log if r["method"] == "POST" and r["path"].endswith("/instances")]
+
+
+def deletes(emu, name) -> list[dict]:
+    return [r for r in emu.request_log if r["method"] == "DELETE" and r["path"].endswith(f"/instances/{name}")]
+
+
+def submit(burst, fn, *args, **options):
+    return burst.submit(fn, *args, options=burst.options(backend="gce", **options))
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02)
+def test_quickstart_notebook_runs_on_a_spot_vm(gce_env, compute_emulator):
+    nb = nbformat.read(ROOT / "notebooks" / "quickstart.ipynb", as_version=4)
+    burst_cells = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%%burst")]
+    assert len(burst_cells) == 1 and "--backend local" in burst_cells[0].source
+    burst_cells[0].source = burst_cells[0].source.replace("--backend local", "--backend gce --cores 4")
+    t0 = time.monotonic()
+    run(nb, timeout=240)
+    elapsed = time.monotonic() - t0
+    outputs = [c.outputs for c in nb.cells if c.cell_type == "code"]
+    for out in outputs:
+        assert error(out) is None, error(out)
+    assert "candidates, best CV accuracy" in "".join(stream(o) for o in outputs)
+    assert "test accuracy: 0.9" in stream(outputs[-1])
+
+    (insert,) = inserts(compute_emulator)
+    body = insert["body"]
+    assert insert["query"]["requestId"]
+    assert body["machineType"].endswith("/machineTypes/e2-highcpu-4")  # the cheapest with 4 vCPUs
+    labels = body["labels"]
+    assert labels["nbburst"] == "1" and labels["nbburst-job"] and labels["nbburst-owner"]
+    sched = body["scheduling"]
+    assert sched["provisioningModel"] == "SPOT" and sched["instanceTerminationAction"] == "STOP"
+    assert 600 < int(sched["maxRunDuration"]["seconds"]) <= 600 + GCEMachines.run_margin_s  # --timeout 10m
+    items = {i["key"]: i["value"] for i in body["metadata"]["items"]}
+    assert {"nbburst-job-url", "nbburst-key", "nbburst-attempt", "startup-script", "shutdown-script"} <= set(items)
+    assert items["nbburst-job-url"].startswith(f"gs://{gce_env['NBBURST_ROOT'][5:].split('/')[0]}/nbburst/jobs/")
+    burst = Burst()
+    (job,) = burst.jobs()
+    assert job.state == State.SUCCEEDED and job.spec.plan["machine_type"] == "e2-highcpu-4"
+    key = burst.keyring.get(job.id).hex()
+    assert items["nbburst-key"] == key
+    store = burst.store_for("gce")
+    assert all(key.encode() not in store.get(k) for k in store.list(job.layout.prefix))  # not in the Store
+    name = machine_name(job.id)
+    assert compute_emulator.wait_for_status(name, "DELETED", timeout=20) == "DELETED"  # the VM is gone
+    assert deletes(compute_emulator, name)
+    print(f"quickstart on the gce emulator: {elapsed:.1f} s")
+
+
+def test_plan_picks_the_cheapest_type_and_says_why(gce_env):
+    machines = Burst().machines("gce")
+    plan = machines.plan(Burst().options(backend="gce", cores=64).resources)
+    assert plan.cores == 64 and plan.memory_gb >= 64 and plan.spot and plan.zone == "us-central1-a"
+    assert "cheapest spot machine in us-central1-a" in plan.reason and "next:" in plan.reason
+    runners_up = [float(p) for p in re.findall(r"\$([0-9.]+)/h", plan.reason.split("next:")[1])]
+    assert runners_up and all(plan.price_per_hour <= p for p in runners_up)
+    assert plan.price_per_hour < plan.on_demand_price_per_hour
+    assert machines.plan(Burst().options(backend="gce", cores=4).resources).machine_type == "e2-highcpu-4"
+    on_demand = machines.plan(Burst().options(backend="gce", cores=8, memory=64, on_demand=True).resources)
+    assert not on_demand.spot and on_demand.memory_gb >= 64 and on_demand.cores >= 8
+    custom = machines.plan(Burst().options(backend="gce", cores=6).resources)
+    assert custom.machine_type == "e2-custom-6-6144" and custom.extra["custom"]  # cheaper than an 8-vCPU type
+    t4 = machines.plan(Burst().options(backend="gce", gpu="t4:2").resources)
+    assert family_of(t4.machine_type) == "n1" and (t4.gpu, t4.gpu_count) == ("nvidia-tesla-t4", 2)
+    assert t4.extra["gpu_attached"]
+    l4 = machines.plan(Burst().options(backend="gce", gpu="nvidia-l4").resources)
+    assert l4.machine_type == "g2-standard-4" and not l4.extra["gpu_attached"]
+    a100 = machines.plan(Burst().options(backend="gce", gpu="a100:2").resources)
+    assert a100.machine_type == "a2-highgpu-2g"
+    given = machines.plan(Burst().options(backend="gce", machine_type="c2d-standard-8").resources)
+    assert given.machine_type == "c2d-standard-8" and "as asked" in given.reason
+
+
+def test_choose_ranks_by_price_with_custom_types_and_gpu_families():
+    from nbburst.job import Resources
+    from nbburst.machines.gce_types import MachineType, choose
+
+    prices = {"families": {"n2": {"vcpu": 1.0, "gb": 0.1}, "e2": {"vcpu": 0.8, "gb": 0.1},
+                           "n1": {"vcpu": 0.9, "gb": 0.1}, "g2": {"vcpu": 1.0, "gb": 0.1}},
+              "gpus": {"nvidia-l4": {"hour": 5.0}, "nvidia-tesla-t4": {"hour": 3.0}},
+              "regions": {"us-central1": {"factor": 1.0}}}
+    catalog = [MachineType("e2-standard-8", 8, 32768), MachineType("n2-highcpu-8", 8, 8192),
+               MachineType("n2-highcpu-16", 16, 16384), MachineType("e2-micro", 2, 1024, shared_cpu=True),
+               MachineType("n1-standard-4", 4, 15360), MachineType("m1-megamem-96", 96, 1468006),
+               MachineType("g2-standard-4", 4, 16384, gpu="nvidia-l4", gpu_count=1)]
+    zone = "us-central1-a"
+    pick = choose(Resources(cores=8), catalog, zone, prices)
+    assert pick.machine.name == "e2-custom-8-8192" and pick.custom  # 8 x 0.8 + 8 x 0.1, x 1.05 < n2-highcpu-8
+    pick = choose(Resources(cores=8), catalog, zone, prices, custom_ok=False)
+    assert pick.machine.name == "n2-highcpu-8" and "next: e2-standard-8" in pick.reason
+    pick = choose(Resources(cores=2), catalog, zone, prices, custom_ok=False)  # never a shared-core type
+    assert pick.machine.name == "n1-standard-4"
+    pick = choose(Resources(gpu="l4"), catalog, zone, prices, offered_gpus={"nvidia-l4"})
+    assert (pick.machine.name, pick.gpu, pick.gpu_count, pick.attached_gpu) == ("g2-standard-4", "nvidia-l4", 1,
+                                                                                 False)
+    pick = choose(Resources(gpu="nvidia-tesla-t4", gpu_count=1), catalog, zone, prices,
+                  offered_gpus={"nvidia-tesla-t4"}, custom_ok=False)
+    assert pick.machine.name == "n1-standard-4" and pick.attached_gpu
+    with pytest.raises(UsageError, match="not offered in zone us-central1-a .GPUs there: nvidia-l4"):
+        choose(Resources(gpu="t4"), catalog, zone, prices, offered_gpus={"nvidia-l4"})
+    with pytest.raises(UsageError, match="no machine type in zone us-central1-a has 200 vCPUs"):
+        choose(Resources(cores=200), catalog, zone, prices)
+    with pytest.raises(UsageError, match="--machine-type n2-highcpu-8 has 8 vCPUs, fewer than --cores 16"):
+        choose(Resources(cores=16, machine_type="n2-highcpu-8"), catalog, zone, prices)
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02)
+def test_a_retried_insert_makes_one_vm_and_the_agent_deletes_it(gce_env, compute_emulator):
+    from google.api_core import exceptions
+
+    burst = Burst()
+    machines = burst.machines("gce")
+    real_insert = machines.instances.insert
+    calls = []
+
+    def lost_answer(*args, **kwargs):  # the insert reaches Compute Engine, its answer is lost
+        calls.append(kwargs["request"].request_id)
+        op = real_insert(*args, **kwargs)
+        if len(calls) == 1:
+            raise exceptions.ServiceUnavailable("connection reset")
+        return op
+
+    machines.instances.insert = lost_answer
+    machines.insert_attempts = 3
+    job = submit(burst, pow, 2, 10, cores=2)
+    assert len(calls) == 2 and calls[0] == calls[1]  # the same request_id, sent twice
+    assert len(inserts(compute_emulator)) == 2 and len(compute_emulator.instances()) == 1
+    assert job.wait(timeout=60, supervise=False) == State.SUCCEEDED  # no client clean-up
+    assert job.outcome().last == 1024
+    name = machine_name(job.id)
+    assert compute_emulator.wait_for_status(name, "DELETED", timeout=20) == "DELETED"
+    (delete,) = deletes(compute_emulator, name)  # one DELETE: the agent's own
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02)
+def test_without_compute_scope_the_vm_powers_off_and_the_client_deletes_it(gce_env, compute_emulator, monkeypatch):
+    monkeypatch.setenv("NBBURST_SCOPES", "https://www.googleapis.com/auth/devstorage.read_write")
+    burst = Burst()
+    job = submit(burst, sum, [1, 2, 3], cores=2)
+    assert job.wait(timeout=60, supervise=False) == State.SUCCEEDED
+    name = machine_name(job.id)
+    assert compute_emulator.wait_for_status(name, "TERMINATED", timeout=20) == "TERMINATED"  # powered off
+    assert "powering it off" in compute_emulator.serial_output(name)
+    assert not deletes(compute_emulator, name)
+    assert job.supervise() == State.SUCCEEDED  # what Job.wait does on its last poll
+    assert compute_emulator.wait_for_status(name, "DELETED", timeout=20) == "DELETED"
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02, preemption_grace=1.0)
+def test_max_run_duration_ends_a_vm_whose_agent_hangs(gce_env, compute_emulator, monkeypatch):
+    monkeypatch.setattr(GCEMachines, "run_margin_s", 3.0)
+    monkeypatch.setattr(GCEMachines, "min_run_s", 1)
+    burst = Burst()
+    job = submit(burst, time.sleep, 300, cores=2, timeout="8s")
+    name = machine_name(job.id)
+    sched = compute_emulator.api_get(compute_emulator.project, compute_emulator.zone, name)["scheduling"]
+    assert 7 <= int(sched["maxRunDuration"]["seconds"]) <= 11  # the time left of --timeout 8s, plus 3 s
+    wait_for(lambda: job.state == State.RUNNING, what="the agent to start")
+    agents = [p for p in map(psutil.Process, compute_emulator.instance(name)["live_pids"])
+              if "nbburst.agent" in " ".join(p.cmdline())]
+    for agent in agents:
+        agent.send_signal(signal.SIGSTOP)  # hung: its own time limit never fires
+    assert compute_emulator.wait_for_status(name, "TERMINATED", timeout=20) == "TERMINATED"
+    assert "maxRunDuration reached" in compute_emulator.serial_output(name)
+    assert job.wait(timeout=30) == State.FAILED
+    assert "timed out" in job.terminal().reason
+    assert compute_emulator.wait_for_status(name, "DELETED", timeout=20) == "DELETED"
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02)
+def test_a_boot_failure_fails_the_job_with_the_serial_console_tail(gce_env, compute_emulator, monkeypatch):
+    burst = Burst()
+    machines = burst.machines("gce")
+    build = machines.instance_resource
+
+    def wrong_url(*args, **kwargs):
+        resource = build(*args, **kwargs)
+        for item in resource.metadata.items:
+            if item.key == "nbburst-job-url":
+                item.value = item.value.rsplit("/", 1)[0] + "/b20000101-000000-000000"
+        return resource
+
+    monkeypatch.setattr(machines, "instance_resource", wrong_url)
+    job = submit(burst, print, "never runs", cores=2)
+    name = machine_name(job.id)
+    assert compute_emulator.wait_for_status(name, "TERMINATED", timeout=30) == "TERMINATED"
+    assert "nbburst-startup:" in job.console()
+    assert job.wait(timeout=40) == State.FAILED
+    reason = job.terminal().reason
+    assert "boot failure" in reason and "Last lines of its serial console" in reason
+    assert "cannot read" in reason and "b20000101-000000-000000/dist/manifest.json: it does not exist" in reason
+    assert compute_emulator.wait_for_status(name, "DELETED", timeout=20) == "DELETED"
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02, preemption_grace=2.0)
+def test_a_preempted_vm_restarts_with_its_disk_and_the_next_attempt(gce_env, compute_emulator):
+    burst = Burst()
+
+    def slow(seconds):
+        import time
+
+        time.sleep(seconds)
+        return "done"
+
+    job = submit(burst, slow, 6, cores=2)
+    name = machine_name(job.id)
+    wait_for(lambda: job.state == State.RUNNING, what="the agent to start")
+    job.preempt(grace_s=1.0)
+    wait_for(lambda: job.supervise() == State.RUNNING and job.attempt == 2, timeout=60, what="attempt 2")
+    console = compute_emulator.serial_output(name)
+    assert console.count("nbburst-startup: begin") == 2
+    assert console.count("nbburst 0.1.0 installed") == 1 and "already installed" in console  # the venv stayed
+    assert job.wait(timeout=90) == State.SUCCEEDED
+    assert job.result() == "done" and job.attempt == 2
+    boots = [r for r in compute_emulator.request_log if r["path"].endswith(f"/instances/{name}/setMetadata")]
+    assert [{i["key"]: i["value"] for i in r["body"]["items"]}["nbburst-attempt"] for r in boots] == ["2"]
+    starts = [r for r in compute_emulator.request_log if r["path"].endswith(f"/instances/{name}/start")]
+    assert len(starts) == 1 and len(inserts(compute_emulator)) == 1  # the same VM, started again
+    assert compute_emulator.wait_for_status(name, "DELETED", timeout=20) == "DELETED"
+
+
+def test_the_wheel_is_deterministic_and_the_manifest_signed(gce_env):
+    from nbburst import dist
+    from nbburst.job import JobLayout
+    from nbburst.store import open_store
+
+    store = open_store(gce_env["NBBURST_ROOT"])
+    manifest = dist.publish(store, JobLayout("b20000101-000000-aaaaaa"), b"k" * 32, {"numpy": "0"})
+    assert dist.verify_manifest(b"k" * 32, manifest) and not dist.verify_manifest(b"x" * 32, manifest)
+    name, data = dist.wheel()
+    blob = store.get(manifest["wheel"]["blob"])
+    assert blob == data and name == manifest["wheel"]["file"]
+    assert dist.wheel()[1] == data  # deterministic: same files, same bytes, same digest
+    listing = __import__("zipfile").ZipFile(__import__("io").BytesIO(data)).namelist()
+    assert "nbburst/agent/main.py" in listing and any(n.endswith(".dist-info/RECORD") for n in listing)
+    assert not any("__pycache__" in n for n in listing)
+    again = dist.publish(store, JobLayout("b20000101-000000-aaaaaa"), b"k" * 32, {})
+    assert again == json.loads(store.get("jobs/b20000101-000000-aaaaaa/dist/manifest.json"))

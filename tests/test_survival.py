@@ -1,0 +1,347 @@
+"""Jobs outlive preemption on the local backend: resume from checkpoints, lose no completed work."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from nbburst import supervisor
+from nbburst.capture import capture
+from nbburst.client import Burst, Job
+from nbburst.job import State, Status
+from nbburst.machines.base import GONE, RUNNING, MachineInfo
+
+LOOP = """
+import nbburst, time
+acc = nbburst.checkpoint.load("acc", default=1)
+for i in nbburst.checkpoint.range(STEPS):
+    acc = (acc * 31 + i) % 1_000_003
+    nbburst.checkpoint.save("acc", acc)
+    print("step", i, flush=True)
+    time.sleep(PAUSE)
+result = acc
+"""
+
+
+def loop_code(steps: int = 10, pause: float = 0.2) -> str:
+    return LOOP.replace("STEPS", str(steps)).replace("PAUSE", str(pause))
+
+
+def expected_loop(steps: int = 10) -> int:
+    acc = 1
+    for i in range(steps):
+        acc = (acc * 31 + i) % 1_000_003
+    return acc
+
+
+def submit(burst: Burst, code: str, namespace: dict | None = None, **options) -> Job:
+    return burst.submit_cell(code, capture(code, namespace or {}, None, set()), burst.options(**options))
+
+
+def wait_for(cond, timeout: float = 30.0, what: str = "condition") -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def gone(job: Job, timeout: float = 10.0) -> None:
+    """The job's machine has gone (an agent exits a moment after it commits the verdict)."""
+    wait_for(lambda: job.machines.list(job.id) == [], timeout=timeout, what=f"the machine of {job.id} to go")
+
+
+def printed(job: Job, attempt: int) -> list[str]:
+    return [line for r in job.tail().records(attempt) if r["s"] == "stdout" for line in r["x"].splitlines()]
+
+
+def running_step(job: Job, at_least: int) -> bool:
+    """The current attempt has printed ``step N`` with N >= at_least."""
+    lines = printed(job, job.attempt)
+    return any(line.startswith("step ") and int(line.split()[1]) >= at_least for line in lines)
+
+
+def test_preempted_twice_resumes_from_checkpoints(burst_env):
+    burst = Burst()
+    job = submit(burst, loop_code(10, 0.2))
+    records: list[dict] = []
+    waiter = threading.Thread(target=lambda: job.wait(on_record=records.append, timeout=90))
+    waiter.start()
+    wait_for(lambda: running_step(job, 2), what="step 2 of attempt 1")
+    job.preempt(3)
+    wait_for(lambda: job.attempt == 2 and running_step(job, 6), what="step 6 of attempt 2")
+    job.preempt(3)
+    waiter.join(100)
+    assert job.state == State.SUCCEEDED, job.terminal()
+    assert job.outcome().values["result"] == expected_loop(10)
+    rows = job.attempts()
+    assert [r["state"] for r in rows] == ["PREEMPTED", "PREEMPTED", "SUCCEEDED"]
+    assert all(r["end"] >= r["start"] for r in rows)
+    # the loop resumed where it was: attempt 2 starts at most one step before attempt 1 stopped
+    one, two, three = (printed(job, a) for a in (1, 2, 3))
+    assert one[0] == "step 0" and int(two[0].split()[1]) >= int(one[-1].split()[1])
+    assert int(three[0].split()[1]) >= int(two[-1].split()[1]) and three[-1] == "step 9"
+    # every attempt's lines came to the waiting cell exactly once, in order, after its marker
+    text = "".join(r.get("x", "") for r in records if r["s"] in ("stdout", "event"))
+    assert text.count("--- attempt 2 ---") == 1 and text.count("--- attempt 3 ---") == 1
+    streamed = {a: [ln for r in records if r["s"] == "stdout" and r["attempt"] == a for ln in r["x"].splitlines()]
+                for a in (1, 2, 3)}
+    assert streamed == {1: one, 2: two, 3: three}
+    logs = job.logs()
+    assert logs.index("--- attempt 2 ---") < logs.index("--- attempt 3 ---")
+    assert "resuming from 1 loop(s)" in logs
+    gone(job)
+
+
+def test_hooks_folder_and_hard_kill(burst_env):
+    """on_preempt hooks run in the grace window; folder() files come back; an agent killed
+    without a word (no grace at all) is PREEMPTED, never FAILED."""
+    code = """
+import nbburst, time, os
+folder = nbburst.checkpoint.folder()
+found = sorted(os.listdir(folder))
+state = {"n": 0}
+@nbburst.checkpoint.on_preempt
+def keep():
+    nbburst.checkpoint.save("from-hook", state["n"])
+    (folder / "hook.txt").write_text(str(state["n"]))
+resumed = nbburst.checkpoint.load("from-hook", default=None)
+for i in range(200 if resumed is None else 3):
+    state["n"] = i
+    (folder / "latest.txt").write_text(str(i))
+    if i == 5:
+        print("ready", flush=True)
+    time.sleep(0.05)
+"""
+    burst = Burst()
+    job = submit(burst, code)
+    wait_for(lambda: "ready" in printed(job, 1), what="the cell to start")
+    job.preempt(3)
+    wait_for(lambda: job.supervise() in (State.PROVISIONING, State.RUNNING) and job.attempt == 2,
+             what="a relaunch")
+    assert job.wait(timeout=60) == State.SUCCEEDED
+    values = job.outcome().values
+    assert values["resumed"] is not None and values["resumed"] >= 5
+    assert values["found"] == ["hook.txt", "latest.txt"]
+
+    # hard kill at once: the agent cannot write anything
+    job2 = submit(burst, loop_code(6, 0.1))
+    wait_for(lambda: running_step(job2, 1), what="job2 running")
+    job2.preempt(0)
+    statuses = job2.statuses()
+    assert statuses[-1].state in (State.RUNNING, State.PREEMPTED)
+    wait_for(lambda: job2.state in (State.PREEMPTED, State.PROVISIONING, State.RUNNING) and job2.state != State.FAILED,
+             what="PREEMPTED")
+    assert job2.wait(timeout=60) == State.SUCCEEDED
+    assert job2.outcome().values["result"] == expected_loop(6)
+    assert [r["state"] for r in job2.attempts()][0] == "PREEMPTED"
+    gone(job2)
+
+
+def test_preempted_while_booting_and_max_restarts(burst_env):
+    burst = Burst()
+    job = submit(burst, loop_code(3, 0.05), max_restarts=1)
+    job.preempt(0)  # before the agent wrote anything: only the client's claim exists
+    assert job.statuses()[-1].state == State.PROVISIONING
+    wait_for(lambda: job._derive_state()[0] == State.PREEMPTED, timeout=20, what="PREEMPTED at boot")
+    wait_for(lambda: job.supervise() != State.PREEMPTED and job.attempt == 2, what="relaunch")
+    job.preempt(0)
+    assert job.wait(timeout=30) == State.FAILED
+    reason = job.terminal().reason
+    assert "gave up after --max-restarts 1" in reason and "#1 PREEMPTED" in reason and "#2 PREEMPTED" in reason
+    gone(job)
+
+
+def test_sklearn_search_resumes_without_recomputing_fits(burst_env, tmp_path):
+    """A RandomizedSearchCV preempted mid-way: cv_results_ equal an uninterrupted run's, fits done once."""
+    fits = tmp_path / "fits.log"
+    code = f"""
+import time
+from scipy.stats import loguniform
+from sklearn.datasets import load_digits
+from sklearn.linear_model import SGDClassifier
+from sklearn.model_selection import RandomizedSearchCV
+
+class Slow(SGDClassifier):
+    def fit(self, X, y, **kw):
+        with open({str(fits)!r}, "a") as f:
+            f.write(f"{{self.alpha!r}} {{len(y)}} {{float(X.sum()):.3f}} start\\n")
+        time.sleep(0.12)
+        out = super().fit(X, y, **kw)
+        with open({str(fits)!r}, "a") as f:
+            f.write(f"{{self.alpha!r}} {{len(y)}} {{float(X.sum()):.3f}} end\\n")
+        return out
+
+X, y = load_digits(return_X_y=True)
+X, y = X[:600] / 16.0, y[:600]
+search = RandomizedSearchCV(Slow(max_iter=20, tol=None, random_state=0),
+                            {{"alpha": loguniform(1e-5, 1e-1)}}, n_iter=10, cv=3, n_jobs=2, random_state=7)
+search.fit(X, y)
+print("fits done")
+results = {{k: v for k, v in search.cv_results_.items() if "time" not in k}}
+best = search.best_params_
+"""
+    burst = Burst()
+    job = submit(burst, code)
+
+    def ends() -> int:
+        return fits.read_text().count(" end") if fits.exists() else 0
+
+    wait_for(lambda: ends() >= 12, timeout=90, what="12 of 30 fits")
+    job.preempt(5)
+    done_before = ends()
+    assert job.wait(timeout=120) == State.SUCCEEDED, job.terminal()
+    values = job.outcome().values
+    lines = fits.read_text().splitlines()
+    starts = [ln.rsplit(" ", 1)[0] for ln in lines if ln.endswith(" start")]
+    total = len(set(starts))  # 10 candidates x 3 folds (+ the refit)
+    recomputed = len(starts) - total
+    assert total == 31
+    assert recomputed <= 2, f"{recomputed} fits ran twice; at most the 2 in flight may\n{job.logs()}"
+    assert done_before >= 12
+    gone(job)
+
+    # the same search in this process, uninterrupted
+    ns: dict = {"__name__": "__main__"}
+    exec(compile(code.replace(repr(str(fits)), repr(str(tmp_path / "local.log"))), "<local>", "exec"), ns)
+    assert values["best"] == ns["best"]
+    for k, v in ns["results"].items():
+        got = values["results"][k]
+        assert list(map(repr, got)) == list(map(repr, v)) if k.startswith("param") or k == "params" else \
+            (got == v).all(), k
+
+
+def test_agent_watches_the_metadata_server(burst_env, monkeypatch):
+    """On a VM the agent hears preemption from the metadata server, not only from SIGTERM."""
+    from nbburst.testing import MetadataServer
+
+    with MetadataServer({"instance/preempted": "FALSE", "instance/maintenance-event": "NONE"}) as md:
+        monkeypatch.setenv("GCE_METADATA_HOST", md.host)
+        monkeypatch.setenv("NBBURST_PREEMPT_BUDGET", "2")
+        burst = Burst()
+        job = submit(burst, loop_code(8, 0.15))
+        wait_for(lambda: running_step(job, 2), what="step 2")
+        md.set("instance/maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
+        wait_for(lambda: "as a precaution" in job.logs(), what="precautionary sync")
+        md.set("instance/preempted", "TRUE")
+        wait_for(lambda: job.statuses()[0].state == State.PREEMPTED, what="the agent to stop itself")
+        assert "metadata server" in job.statuses()[0].message
+        md.update({"instance/preempted": "FALSE", "instance/maintenance-event": "NONE"})  # a new VM
+        assert job.wait(timeout=60) == State.SUCCEEDED
+        assert job.outcome().values["result"] == expected_loop(8)
+        gone(job)
+
+
+# -- supervisor policy, with a scripted backend ------------------------------------------------------
+
+
+class ScriptedMachines:
+    """A backend whose restarts fail with no capacity as scripted; machines never really run."""
+
+    backend = "local"
+
+    def __init__(self, real, failures: list[str]):
+        self.real, self.failures, self.calls = real, list(failures), []
+        self.states: dict[str, str] = {}
+
+    def plan(self, resources):
+        return self.real.plan(resources)
+
+    def launch(self, spec, url, key, attempt):
+        self.calls.append(("launch", attempt, spec.resources.zone, spec.resources.on_demand))
+        self.states["m"] = RUNNING
+        return "m"
+
+    def restart(self, name, spec, url, key, attempt):
+        self.calls.append(("restart", attempt, spec.resources.zone, spec.resources.on_demand))
+        if self.failures:
+            zone = self.failures.pop(0)
+            raise supervisor.NoCapacity(f"ZONE_RESOURCE_POOL_EXHAUSTED in {zone}", zone=zone)
+        self.states["m"] = RUNNING
+        return name
+
+    def relaunch_zones(self, spec):
+        return ["z-a", "z-b"]
+
+    def describe(self, name):
+        return MachineInfo(name=name, job_id="", state=self.states.get("m", GONE))
+
+    def delete(self, name):
+        self.states["m"] = GONE
+
+    def list(self, job_id=None):
+        return []
+
+
+def test_no_capacity_backs_off_rotates_zones_then_falls_back_to_on_demand(burst_env, monkeypatch):
+    monkeypatch.setattr(supervisor, "BACKOFF", (0.05,))
+    burst = Burst()
+    fake = ScriptedMachines(burst.machines("local"), ["z-a", "z-b", "z-a"])
+    burst._machines["local"] = fake
+    job = submit(burst, "x = 1", zone=None, fallback_on_demand=True)
+    monkeypatch.setattr(job.spec.resources, "zone", "auto")  # as --zone auto on Compute Engine
+    # the machine is lost without a verdict
+    status = job.statuses()[-1]
+    status.state, status.heartbeat = State.RUNNING, time.time() - 60
+    job.store.put(job.layout.status(1), status.to_json())
+    fake.states["m"] = GONE
+    states = []
+    for _ in range(200):
+        state = job.supervise()
+        states.append(state)
+        if state == State.PROVISIONING:
+            break
+        time.sleep(0.02)
+    assert state == State.PROVISIONING
+    restarts = [c for c in fake.calls if c[0] == "restart"]
+    # one attempt (2), retried: z-a (from the plan) -> z-b -> round again on a standard VM
+    assert [c[1] for c in restarts] == [2, 2, 2, 2]
+    assert [c[2] for c in restarts] == ["auto", "z-b", "z-a", "z-b"]
+    assert [c[3] for c in restarts] == [False, False, True, True]
+    assert job.attempt == 2 and job.statuses()[-1].launched > 0
+    events = json.loads(job.store.get(job.layout.relaunch))["events"]
+    assert [e["event"] for e in events] == ["no-capacity"] * 3 + ["relaunched"]
+    job._commit(State.CANCELLED, "test over", by="test")
+    job.supervise()
+    assert job.store.list(job.layout.lease_prefix) == []
+
+
+def test_lease_one_supervisor_per_job(burst_env, monkeypatch):
+    burst = Burst()
+    job = submit(burst, "x = 1")
+    job.wait(timeout=30)
+    gone(job)
+    a, b = supervisor.Lease(job, "a", seconds=0.5), supervisor.Lease(job, "b", seconds=0.5)
+    assert a.acquire() and not b.acquire()
+    assert a.acquire()  # renew
+    time.sleep(0.6)
+    assert b.acquire() and not a.acquire()  # taken over once expired
+    b.release()
+    assert a.acquire()
+    results = []
+    leases = [supervisor.Lease(job, f"t{i}", seconds=5) for i in range(6)]
+    a.release()
+    threads = [threading.Thread(target=lambda lease=lease: results.append(lease.acquire())) for lease in leases]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count(True) == 1
+
+
+def test_attempts_table_and_fallback_option_parse():
+    from nbburst.options import Options
+
+    opts = Options.build(fallback_on_demand=True)
+    assert opts.resources.fallback_on_demand is True
+    assert Status.from_json(Status(attempt=1, state=State.RUNNING).to_json()).launched == 0.0
+    assert supervisor.is_no_capacity(RuntimeError("412 ZONE_RESOURCE_POOL_EXHAUSTED"))
+    assert not supervisor.is_no_capacity(RuntimeError("permission denied"))
+
+
+@pytest.fixture(autouse=True)
+def _budget(monkeypatch):
+    monkeypatch.setenv("NBBURST_PREEMPT_BUDGET", "2")
