@@ -297,3 +297,54 @@ def test_resume_keys_ignore_sklearn_config_wrapper():
     b = delayed(f)(1)[0].with_config_and_warning_filters({"a": 2}, [])
     assert resume._task_keys(0, [(a, (1,), {})]) == resume._task_keys(0, [(b, (1,), {})])
     assert resume._task_keys(0, [(a, (1,), {})]) != resume._task_keys(1, [(a, (1,), {})])
+
+
+KEYS_SCRIPT = """
+import json, sys
+import joblib.parallel
+from nbburst.agent import resume
+keys = []
+def record(self, iterable):
+    tasks = list(iterable)
+    keys.append(resume._task_keys(len(keys), tasks))
+    return [None] * len(tasks)
+joblib.parallel.Parallel.__call__ = record
+ns = {"__name__": "__main__"}
+exec(compile(sys.argv[1], "<cell>", "exec"), ns)
+print(json.dumps(keys))
+"""
+
+SEARCHES = """
+from scipy.stats import loguniform
+from sklearn.datasets import load_iris
+from sklearn.linear_model import LogisticRegression, SGDClassifier
+from sklearn.model_selection import GridSearchCV, RandomizedSearchCV, cross_validate
+class Mine(SGDClassifier):
+    def fit(self, X, y, **kw):
+        return super().fit(X, y, **kw)
+X, y = load_iris(return_X_y=True)
+for search in (GridSearchCV(LogisticRegression(max_iter=50), {"C": [0.1, 1.0]}, cv=3, n_jobs=2),
+               RandomizedSearchCV(Mine(random_state=0), {"alpha": loguniform(1e-5, 1e-1)}, n_iter=3, cv=3,
+                                  n_jobs=2, random_state=1)):
+    try:
+        search.fit(X, y)
+    except Exception:
+        pass  # no results came back: only the keys matter here
+try:
+    cross_validate(Mine(random_state=0), X, y, cv=4, n_jobs=2)
+except Exception:
+    pass
+"""
+
+
+def test_task_keys_are_the_same_in_every_process():
+    """Keys of GridSearchCV, RandomizedSearchCV (scipy distributions) and cross_validate tasks, with a
+    class defined in the cell, do not depend on the process (hash seed, global RandomState, callback ids)."""
+    pytest.importorskip("sklearn")
+    runs = [subprocess.run([sys.executable, "-c", KEYS_SCRIPT, SEARCHES], capture_output=True, text=True,
+                           timeout=120) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr
+    first, second = (json.loads(r.stdout) for r in runs)
+    assert [len(k) for k in first] == [6, 9, 4]
+    assert first == second
+    assert len({k for call in first for k in call}) == 19

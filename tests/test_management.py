@@ -146,7 +146,7 @@ def test_logs_of_one_attempt_and_unknown_jobs(burst_env):
     from nbburst.client import Burst
 
     burst = Burst()
-    job = burst.submit(lambda: print("hi") or 5, options=burst.options(name="small"))
+    job = burst.submit(lambda: time.sleep(0.3) or print("hi") or 5, options=burst.options(name="small"))
     assert job.result(timeout=60) == 5
     assert job.logs(attempt=1) == "hi\n" and job.logs(attempt=2) == ""
     assert burst.job("small").id == job.id  # names work wherever ids do

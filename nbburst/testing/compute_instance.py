@@ -149,8 +149,13 @@ class Instance:
         return scan_processes(self.marker, [p.pid for p in self.unreaped()])
 
     def hard_kill(self) -> None:
-        """SIGKILL every process of the instance and reap the ones this process started."""
+        """SIGKILL every process of the instance, reap the ones this process started, and wait
+        (bounded) until none is left: a VM that is off runs nothing."""
         self.signal(signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while self.live_pids() and time.monotonic() < deadline:
+            time.sleep(0.02)
+            self.signal(signal.SIGKILL)
         for name, p in (("startup-script", self.proc), ("shutdown-script", self.shutdown_proc)):
             if p is not None:
                 was_running = p.returncode is None
