@@ -237,7 +237,8 @@ class Job:
         self._spec = spec
 
     def __repr__(self) -> str:
-        return f"<nbburst.Job {self.spec.name} {self.id} {self.state.value}>"
+        # No state here: a repr stays frozen in the notebook's Out while the job moves on.
+        return f"<nbburst.Job {self.spec.name} ({self.id})>"
 
     @property
     def spec(self) -> JobSpec:
