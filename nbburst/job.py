@@ -18,7 +18,7 @@ import re
 import secrets
 import time
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 
 class State(str, enum.Enum):
@@ -168,8 +168,29 @@ class JobSpec:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+_R = TypeVar("_R", bound="_StateRecord")
+
+
+class _StateRecord:
+    """JSON round trip of a record with a ``state``; unknown keys (from newer versions) are ignored."""
+
+    state: State
+
+    def to_json(self) -> bytes:
+        data = asdict(self)  # type: ignore[call-overload]
+        data["state"] = self.state.value
+        return json.dumps(data).encode()
+
+    @classmethod
+    def from_json(cls: type[_R], raw: bytes | str) -> _R:
+        data = json.loads(raw)
+        data["state"] = State(data["state"])
+        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
 @dataclass
-class Status:
+class Status(_StateRecord):
     """One attempt's state, rewritten by the agent at every heartbeat."""
 
     attempt: int
@@ -181,21 +202,10 @@ class Status:
     progress: dict[str, Any] | None = None  # {"done": n, "total": m, "desc": str}
     launched: float = 0.0  # when the machine was started (0: a launch is still in progress)
 
-    def to_json(self) -> bytes:
-        data = asdict(self)
-        data["state"] = self.state.value
-        return json.dumps(data).encode()
-
-    @classmethod
-    def from_json(cls, raw: bytes | str) -> Status:
-        data = json.loads(raw)
-        data["state"] = State(data["state"])
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass
-class Terminal:
+class Terminal(_StateRecord):
     """The job's end, written once (create-only) by whoever ends it."""
 
     state: State
@@ -205,17 +215,6 @@ class Terminal:
     by: str = "agent"
     cost: dict[str, Any] | None = None
 
-    def to_json(self) -> bytes:
-        data = asdict(self)
-        data["state"] = self.state.value
-        return json.dumps(data).encode()
-
-    @classmethod
-    def from_json(cls, raw: bytes | str) -> Terminal:
-        data = json.loads(raw)
-        data["state"] = State(data["state"])
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 # Log records. A chunk is UTF-8 JSON lines, one record a line:

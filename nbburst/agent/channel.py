@@ -26,18 +26,23 @@ def flush_c_streams() -> None:
         pass
 
 
+def flush_all() -> None:
+    """Everything printed so far, by Python or C, goes down the pipes before what comes next."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    flush_c_streams()
+
+
 class Channel:
     def __init__(self, fd: int):
         self.fd = fd
         self.lock = threading.Lock()
 
     def send(self, event: dict[str, Any]) -> None:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        flush_c_streams()
+        flush_all()
         line = json.dumps(event, default=str, separators=(",", ":")).encode() + b"\n"
         with self.lock:
             os.write(self.fd, line)

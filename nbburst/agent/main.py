@@ -217,14 +217,9 @@ class Agent:
             except BaseException:
                 traceback.print_exc()
             finally:
-                for stream in (sys.stdout, sys.stderr):
-                    try:
-                        stream.flush()
-                    except Exception:
-                        pass
-                from .channel import flush_c_streams
+                from .channel import flush_all
 
-                flush_c_streams()
+                flush_all()
                 os._exit(code)
         self.runner_pid = pid
         try:

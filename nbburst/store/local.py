@@ -48,7 +48,10 @@ class LocalStore(Store):
 
     def put_chunks(self, key: str, chunks: Iterable[bytes | memoryview], *, create: bool = False) -> None:
         target = self._path(key)
-        tmp = self._write_temp(target, chunks)
+        self._commit(key, self._write_temp(target, chunks), target, create)
+
+    def _commit(self, key: str, tmp: Path, target: Path, create: bool) -> None:
+        """Move a complete temporary file into place: link (create-only) or rename (replace)."""
         try:
             if create:
                 try:
@@ -58,7 +61,7 @@ class LocalStore(Store):
             else:
                 os.replace(tmp, target)
         finally:
-            if tmp.exists():
+            if os.path.exists(tmp):
                 os.unlink(tmp)
 
     def put(self, key: str, data: bytes) -> None:
@@ -73,17 +76,11 @@ class LocalStore(Store):
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
         os.close(fd)
         try:
-            shutil.copyfile(path, tmp)
-            if create:
-                try:
-                    os.link(tmp, target)
-                except FileExistsError:
-                    raise AlreadyExists(f"{key} already exists in {self.url}") from None
-            else:
-                os.replace(tmp, target)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+            shutil.copyfile(path, tmp)  # sendfile: the kernel copies, not Python
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        self._commit(key, Path(tmp), target, create)
 
     def get(self, key: str) -> bytes:
         try:
