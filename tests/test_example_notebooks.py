@@ -1,0 +1,49 @@
+"""The example notebooks run end to end on the local backend, as a user would run them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbrun import error, run, stream
+
+ROOT = Path(__file__).resolve().parents[1]
+CENSUS_DATA = ROOT.parent / "shared" / "data" / "census"
+
+
+def outputs_text(nb) -> str:
+    return "".join(stream(cell.get("outputs", [])) for cell in nb.cells if cell.cell_type == "code")
+
+
+def assert_no_errors(nb) -> None:
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert error(cell.outputs) is None, (cell.source, error(cell.outputs))
+
+
+@pytest.mark.slow
+def test_quickstart(burst_env):
+    nb = run(nbformat.read(ROOT / "notebooks" / "quickstart.ipynb", as_version=4), cwd=ROOT / "notebooks")
+    assert_no_errors(nb)
+    text = outputs_text(nb)
+    assert "12 candidates" in text
+    best = re.search(r"best parameters: (\{.*\})", text)
+    assert best and "max_depth" in best.group(1)  # the next, local cell used search.best_params_
+    accuracy = float(re.search(r"test accuracy: ([0-9.]+)", text).group(1))
+    assert accuracy > 0.9
+
+
+@pytest.mark.slow
+def test_census_reads_its_data_from_a_location_variable(burst_env):
+    assert (CENSUS_DATA / "adult.data.gz").exists(), f"the census data set is expected in {CENSUS_DATA}"
+    nb = nbformat.read(ROOT / "notebooks" / "census.ipynb", as_version=4)
+    location = next(c for c in nb.cells if c.cell_type == "code" and "DATA = " in c.source)
+    location.source = f"DATA = {str(CENSUS_DATA)!r}"
+    nb = run(nb, cwd=ROOT / "notebooks", timeout=600)
+    assert_no_errors(nb)
+    text = outputs_text(nb)
+    assert "32561 training rows, 16281 test rows" in text
+    accuracy = float(re.search(r"test accuracy: ([0-9.]+)", text).group(1))
+    assert 0.85 < accuracy < 0.9  # gradient-boosted trees on this data set: about 0.87
