@@ -35,9 +35,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import __version__, config
+from .durations import format_duration, parse_duration
 from .errors import BurstError, JobFailed, JobNotFound, UsageError
 from .job import JobLayout, State, valid_job_id
-from .options import BACKENDS, format_duration, parse_duration
+from .options import BACKENDS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CONFIG, EXIT_NOT_DONE = 0, 1, 2, 3, 4, 5
 EXIT_INTERRUPTED = 130

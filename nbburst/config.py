@@ -16,9 +16,9 @@ from typing import Any
 from traitlets import Bool, Dict, Enum, Float, Int, Unicode
 from traitlets.config import Config, Configurable
 
+from .durations import parse_duration
 from .errors import UsageError
-from .metadata import metadata  # noqa: F401  (re-exported: config.metadata)
-from .options import BACKENDS, parse_duration
+from .options import BACKENDS
 
 ENV_PREFIX = "NBBURST_"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .durations import format_duration, parse_duration  # noqa: F401  (re-exported)
+from .durations import parse_duration
 from .errors import UsageError
 from .job import Resources
 

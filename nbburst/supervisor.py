@@ -255,7 +255,7 @@ class Supervisor:
         if store.exists(layout.cancel):
             return job._commit(State.CANCELLED, "cancelled by the user", by="supervisor")
         if time.time() > job.spec.created + job.spec.timeout_s:
-            from .options import format_duration
+            from .durations import format_duration
 
             return job._commit(State.FAILED, f"timed out: the job exceeded its time limit of "
                                f"{format_duration(job.spec.timeout_s)} (--timeout)", by="supervisor")

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from nbrun import data, error, run_cells, stream
 
 from nbburst.client import Burst
 from nbburst.job import State
-
-from nbrun import data, error, run_cells, stream
 
 LOAD = "%load_ext nbburst"
 

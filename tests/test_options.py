@@ -2,8 +2,9 @@
 
 import pytest
 
+from nbburst.durations import format_duration, parse_duration
 from nbburst.errors import UsageError
-from nbburst.options import Options, format_duration, parse_duration, parse_gpu, parse_names
+from nbburst.options import Options, parse_gpu, parse_names
 
 
 @pytest.mark.parametrize("text, seconds", [("90s", 90), ("30m", 1800), ("2h", 7200), ("1h30m", 5400),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import Machines, MachineInfo, Plan
+from .base import MachineInfo, Machines, Plan
 
 if TYPE_CHECKING:
     from ..config import NBBurst

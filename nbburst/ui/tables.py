@@ -10,7 +10,7 @@ import html
 import time
 from typing import Any
 
-from ..options import format_duration
+from ..durations import format_duration
 from ..pricing import usd
 
 STATE_COLORS = {

@@ -34,9 +34,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..client import LogTail, render_text
+from ..durations import format_duration
 from ..errors import JobNotFound
 from ..job import State
-from ..options import format_duration
 from ..pricing import usd
 from .tables import STATE_COLORS, machine_text
 
