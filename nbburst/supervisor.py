@@ -73,8 +73,15 @@ def is_no_capacity(exc: BaseException) -> bool:
     return any(m.lower() in text for m in CAPACITY_MARKERS)
 
 
+_HOLDER: tuple[int, str] | None = None
+
+
 def holder_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """This process, as a lease holder: every Job handle in one process is one supervisor."""
+    global _HOLDER
+    if _HOLDER is None or _HOLDER[0] != os.getpid():
+        _HOLDER = (os.getpid(), f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
+    return _HOLDER[1]
 
 
 # -- lease ----------------------------------------------------------------------------------------
@@ -170,14 +177,17 @@ class Supervisor:
     def __init__(self, job: Job, holder: str | None = None):
         self.job = job
         self.lease = Lease(job, holder)
+        self.ended = False
 
     # -- state ---------------------------------------------------------------------------------
     def step(self) -> State:
         job = self.job
         state, status, terminal = job._derive_state()
         if terminal is not None:
-            if self.lease.number is not None:
-                self.lease.drop()
+            if not self.ended:  # once: leave no lease behind
+                self.ended = True
+                if self.lease.number is not None or job.store.list(job.layout.lease_prefix):
+                    self.lease.drop()
             return state
         if status is None:
             if time.time() - job.spec.created < STALE_AFTER_SECONDS:
@@ -241,6 +251,7 @@ class Supervisor:
         store.put(layout.status(attempt), claim.to_json())
         plan["waiting"] = None
         self._event(plan, attempt, "relaunched" if attempt > 1 else "launched", "", resources)
+        self.lease.release()  # nothing to do until the next preemption: any supervisor may act then
         return State.PROVISIONING
 
     def _settle(self) -> State | None:

@@ -171,7 +171,7 @@ def test_a_retried_insert_makes_one_vm_and_the_agent_deletes_it(gce_env, compute
         return op
 
     machines.instances.insert = lost_answer
-    machines.insert_attempts = 3
+    machines.api_attempts = 3
     job = submit(burst, pow, 2, 10, cores=2)
     assert len(calls) == 2 and calls[0] == calls[1]  # the same request_id, sent twice
     assert len(inserts(compute_emulator)) == 2 and len(compute_emulator.instances()) == 1
@@ -286,3 +286,70 @@ def test_the_wheel_is_deterministic_and_the_manifest_signed(gce_env):
     assert not any("__pycache__" in n for n in listing)
     again = dist.publish(store, JobLayout("b20000101-000000-aaaaaa"), b"k" * 32, {})
     assert again == json.loads(store.get("jobs/b20000101-000000-aaaaaa/dist/manifest.json"))
+
+
+def _probe_wheel(folder: Path) -> Path:
+    """A tiny wheel on a local "index": the package the notebook has and the VM's image lacks."""
+    import zipfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "nbburst_probe-1.0-py3-none-any.whl"
+    files = {"nbburst_probe/__init__.py": "VALUE = 'probe 1.0'\n",
+             "nbburst_probe-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: nbburst-probe\nVersion: 1.0\n",
+             "nbburst_probe-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                                 "Tag: py3-none-any\n",
+             "nbburst_probe-1.0.dist-info/RECORD": ""}
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+    return folder
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02)
+def test_packages_that_differ_are_installed_on_the_vm_and_logged(gce_env, compute_emulator, monkeypatch, tmp_path):
+    from nbburst import dist
+
+    index = _probe_wheel(tmp_path / "index")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # the VMs' pip (they inherit the environment) uses the local index
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    real = dist.requirements
+    monkeypatch.setattr(dist, "requirements", lambda *a: {**real(*a), "nbburst-probe": "1.0"})
+
+    def use_probe():
+        import nbburst_probe
+
+        return nbburst_probe.VALUE
+
+    burst = Burst()
+    job = submit(burst, use_probe, cores=2)
+    assert job.wait(timeout=90) == State.SUCCEEDED, job.terminal().reason
+    assert job.outcome().last == "probe 1.0"
+    log = job.logs()
+    assert "installing 1 package(s) to match the notebook: nbburst-probe==1.0" in log
+    assert "packages installed in" in log
+    manifest = json.loads(burst.store_for("gce").get(job.layout.key("dist/manifest.json")))
+    assert manifest["requirements"]["nbburst-probe"] == "1.0" and manifest["requirements"].get("cloudpickle")
+    assert compute_emulator.wait_for_status(machine_name(job.id), "DELETED", timeout=20) == "DELETED"
+
+
+def test_shutdown_script_marks_a_silent_attempt_preempted(tmp_path, monkeypatch):
+    from nbburst.agent.gce import mark_shutdown
+    from nbburst.job import JobLayout, Status, Terminal
+    from nbburst.store import open_store
+    from nbburst.testing import MetadataServer
+
+    root = tmp_path / "store"
+    store, layout = open_store(str(root)), JobLayout("b20000101-000000-bbbbbb")
+    attrs = {"nbburst-job-url": f"{root}/jobs/{layout.job_id}", "nbburst-attempt": "2"}
+    with MetadataServer({"instance/attributes": attrs, "instance/preempted": "TRUE"}) as md:
+        monkeypatch.setenv("GCE_METADATA_HOST", md.host)
+        store.put(layout.status(2), Status(2, State.PROVISIONING, heartbeat=time.time() - 60).to_json())
+        assert mark_shutdown(wait_s=0) == "the attempt is PROVISIONING"  # never started: the client's call
+        store.put(layout.status(2), Status(2, State.RUNNING, heartbeat=time.time()).to_json())
+        assert mark_shutdown(wait_s=0.2) == "the agent is still reporting"
+        store.put(layout.status(2), Status(2, State.RUNNING, heartbeat=time.time() - 60).to_json())
+        assert mark_shutdown(wait_s=0) == "marked attempt 2 PREEMPTED"
+        marked = Status.from_json(store.get(layout.status(2)))
+        assert marked.state == State.PREEMPTED and marked.message == "the VM was preempted"
+        store.create(layout.terminal, Terminal(State.SUCCEEDED).to_json())
+        assert mark_shutdown(wait_s=0) == "the job has ended"

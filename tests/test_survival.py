@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -346,3 +348,35 @@ def test_attempts_table_and_fallback_option_parse():
 @pytest.fixture(autouse=True)
 def _budget(monkeypatch):
     monkeypatch.setenv("NBBURST_PREEMPT_BUDGET", "2")
+
+
+def test_survival_notebook(burst_env):
+    """notebooks/survival.ipynb: preempted twice on purpose, resumed each time, ends with the timeline."""
+    import nbformat
+    import numpy as np
+    from nbrun import error, run, stream
+    from sklearn.datasets import load_digits
+    from sklearn.linear_model import SGDClassifier
+    from sklearn.model_selection import train_test_split
+
+    root = Path(__file__).resolve().parents[1]
+    nb = run(nbformat.read(root / "notebooks" / "survival.ipynb", as_version=4), cwd=root / "notebooks", timeout=180)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for c in code:
+        assert error(c.outputs) is None, (c.source, error(c.outputs))
+    text = "".join(stream(c.outputs) + stream(c.outputs, "stderr") for c in code)
+    assert "--- attempt 2 ---" in text and "--- attempt 3 ---" in text
+    assert "12 epochs, each exactly once: True" in text
+    table = code[-1].outputs[0]["data"]["text/plain"]
+    assert re.findall(r"\b(PREEMPTED|SUCCEEDED|FAILED|RUNNING)\b", table) == ["PREEMPTED", "PREEMPTED", "SUCCEEDED"]
+    # the resumed training equals an uninterrupted one
+    X, y = load_digits(return_X_y=True)
+    X_train, X_test, y_train, y_test = train_test_split(X / 16.0, y, test_size=0.3, random_state=0)
+    model, history = SGDClassifier(loss="log_loss", alpha=1e-4, random_state=0), []
+    for epoch in range(12):
+        order = np.random.RandomState(epoch).permutation(len(X_train))
+        for batch in np.array_split(order, 10):
+            model.partial_fit(X_train[batch], y_train[batch], classes=np.unique(y))
+        history.append((epoch, round(float(model.score(X_test, y_test)), 4)))
+    assert f"history: {history}" in text
+    assert not (root / "notebooks" / ".nbburst-checkpoints").exists()

@@ -149,7 +149,7 @@ class GCEMachines(Machines):
     min_run_s = 30
     operation_timeout_s = 600.0
     catalog_ttl_s = 3600.0
-    insert_attempts = 4
+    api_attempts = 4
 
     def __init__(self, settings: config.NBBurst):
         self.settings = settings
@@ -157,7 +157,7 @@ class GCEMachines(Machines):
         self._creds: Any = None
         self._adc_project: str | None = None
         self._project: str | None = None
-        self._clients: dict[type, Any] = {}
+        self._clients: dict[str, Any] = {}
         self._zones: dict[str, str] = {}  # machine name -> zone
         self._catalogs: dict[str, tuple[float, list[gce_types.MachineType]]] = {}
         self._buckets_ok: set[str] = set()
@@ -217,16 +217,17 @@ class GCEMachines(Machines):
 
     def _api(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Call the API, retrying transient failures, and turn errors into readable ones."""
+        import requests
         from google.api_core import exceptions as gexc
         from google.auth import exceptions as auth_exc
 
         delay = 1.0
-        for attempt in range(self.insert_attempts):
+        for attempt in range(self.api_attempts):
             try:
                 return fn(*args, **kwargs)
             except (gexc.ServiceUnavailable, gexc.InternalServerError, gexc.GatewayTimeout, gexc.TooManyRequests,
-                    ConnectionError) as exc:
-                if attempt == self.insert_attempts - 1:
+                    ConnectionError, requests.ConnectionError, requests.Timeout, auth_exc.TransportError) as exc:
+                if attempt == self.api_attempts - 1:
                     raise BurstError(f"{what}: Compute Engine did not answer ({exc}); try again") from None
             except (auth_exc.DefaultCredentialsError, auth_exc.RefreshError) as exc:
                 raise UsageError(f"{what}: {NO_CREDENTIALS} ({exc})") from None
@@ -594,7 +595,16 @@ class GCEMachines(Machines):
             raise BurstError(f"{what}: {exc.message}") from None
         except gexc.NotFound as exc:
             raise BurstError(f"{what}: {exc.message}") from None
-        done = self._wait(zone, op, what)
+        try:
+            done = self._wait(zone, op, what)
+        except BurstError:
+            self._zones[resource.name] = zone
+            try:  # we cannot tell how it went: never leave a VM behind that nobody waits for
+                self.delete(resource.name)
+            except Exception:
+                log.warning("nbburst: could not delete %s after a failed launch; `nbburst gc` removes it",
+                            resource.name)
+            raise
         codes, message = self._op_error(done)
         if any(c in _CAPACITY_CODES for c in codes):
             raise _NoCapacity(message or codes[0])
@@ -645,6 +655,8 @@ class GCEMachines(Machines):
                     log.warning("nbburst: %s started in %s after trying %s", name, zone, ", ".join(tried))
                 return name
         kind = "spot" if spot else "on-demand"
+        if len(zones) == 1 and len(tried) == 1 and tried[0].endswith("not offered)"):
+            raise NoCapacityError(f"{plan['machine_type']} is not offered in zone {zones[0]}", zones[0])
         if len(zones) == 1 and len(tried) == 1:
             region = pricing.region_of(zones[0])
             raise NoCapacityError(
@@ -873,111 +885,8 @@ class GCEMachines(Machines):
 
     # -- doctor ---------------------------------------------------------------------------------------
     def doctor(self, resources: Resources | None = None) -> list[Check]:
-        checks: list[Check] = []
+        """Credentials, project and zone, the Compute and Storage APIs, the bucket, the spot and standard CPU
+        quota for ``resources`` (default: the default machine), and the image (see gce_doctor)."""
+        from .gce_doctor import doctor
 
-        def check(name: str, fn: Any) -> Any:
-            try:
-                return fn()
-            except Exception as exc:
-                message = exc.message if hasattr(exc, "message") and exc.message else str(exc)
-                checks.append(Check(name, False, f"{type(exc).__name__}: {message}", fix=_fix_for(name, message)))
-                return None
-
-        def creds() -> Any:
-            if self.endpoint:
-                checks.append(Check("credentials", True, f"Compute Engine emulator at {self.endpoint} "
-                                    "(anonymous credentials)"))
-                return True
-            c = self._credentials()
-            who = getattr(c, "service_account_email", None) or getattr(c, "signer_email", None) or "user credentials"
-            checks.append(Check("credentials", True, f"Application Default Credentials ({who})"))
-            return True
-
-        if not check("credentials", creds):
-            return checks
-        where = check("project and zone", lambda: (self.project, self._zone_setting(resources)))
-        if not where:
-            return checks
-        wb = workbench()
-        checks.append(Check("project and zone", True, f"project {where[0]}, zone {where[1]}"
-                            + (" (from this Workbench instance)" if wb else "")))
-
-        def compute_api() -> Any:
-            zones = self._zones_for(resources or Resources())
-            zone = self._api("reading the zone", self._client("ZonesClient").get, project=self.project,
-                             zone=zones[0], timeout=30)
-            checks.append(Check("compute api", True, f"zone {zone.name} is {zone.status}"))
-            return zones
-
-        zones = check("compute api", compute_api)
-        check("bucket", lambda: checks.extend(self._doctor_bucket()))
-        if not zones:
-            return checks
-        res = resources or Resources()
-
-        def quota() -> None:
-            plan_zone = zones[0]
-            catalog = self._catalog(plan_zone)
-            choice = gce_types.choose(res, catalog, plan_zone, pricing.table_for(self.settings),
-                                      self._gpus(plan_zone) if res.gpu else None)
-            for spot in (True, False):
-                problem = self._quota_problem(plan_zone, choice.machine, choice.gpu, choice.gpu_count, spot)
-                kind = "spot" if spot else "standard"
-                if problem:
-                    checks.append(Check(f"{kind} quota", False, problem, warning=not spot,
-                                        fix=f"request more quota: {self._quota_link('CPUS')}"))
-                else:
-                    checks.append(Check(f"{kind} quota", True, f"room for a {kind} {choice.machine.name} "
-                                        f"({choice.machine.cpus} vCPUs) in {pricing.region_of(plan_zone)}"))
-
-        check("quota", quota)
-
-        def image() -> None:
-            path, py, source = self._image(res)
-            self._check_python(path, py)
-            checks.append(Check("image", True, f"{path} from {source}"
-                                + (f", Python {py}" if py else " (Python version not labelled)")))
-
-        check("image", image)
-        return checks
-
-    def _doctor_bucket(self) -> list[Check]:
-        url = config.store_url(self.settings, "gce")
-        if not url.startswith("gs://"):
-            return [Check("bucket", False, f"store root {url} is not a gs:// bucket",
-                          fix="set c.NBBurst.bucket (VMs read and write the job there)")]
-        bucket_name = url[len("gs://"):].split("/", 1)[0]
-        store = self._store(url)
-        bucket = store.client.bucket(bucket_name)
-        if not bucket.exists(timeout=30):
-            return [Check("bucket", False, f"gs://{bucket_name} does not exist",
-                          fix=f"gcloud storage buckets create gs://{bucket_name} --location=REGION "
-                              "--uniform-bucket-level-access --public-access-prevention")]
-        out = [Check("bucket", True, f"gs://{bucket_name} exists (storage api reachable)")]
-        try:
-            bucket.reload(timeout=30)
-            pap = bucket.iam_configuration.public_access_prevention
-        except Exception:
-            pap = None
-        if pap == "enforced":
-            out.append(Check("public access prevention", True, f"enforced on gs://{bucket_name}"))
-        else:
-            out.append(Check("public access prevention", False, f"{pap or 'not known'} on gs://{bucket_name}: job "
-                             "inputs and results could be made public by an ACL", warning=True,
-                             fix=f"gcloud storage buckets update gs://{bucket_name} --public-access-prevention"))
-        return out
-
-
-def _fix_for(name: str, message: str) -> str:
-    low = message.lower()
-    if "credentials" in low:
-        return "gcloud auth application-default login (or run on Google Cloud with a service account)"
-    if name == "project and zone":
-        return "set c.NBBurst.project and c.NBBurst.zone (or $NBBURST_PROJECT / $NBBURST_ZONE)"
-    if "not been used" in low or "disabled" in low or "api" in low and "enable" in low:
-        return "gcloud services enable compute.googleapis.com storage.googleapis.com"
-    if name == "bucket":
-        return "check c.NBBurst.bucket and the account's Storage permissions"
-    if name == "image":
-        return "set c.NBBurst.image_family/image_project to an image with this notebook's Python (nbburst image build)"
-    return "see `nbburst doctor` documentation"
+        return doctor(self, resources)

@@ -166,7 +166,10 @@ class _Handler(BaseHTTPRequestHandler):
         if etag:
             self.send_header("ETag", etag)
         self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the VM went away mid-answer (deleted while its agent waited): nothing to tell it
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
