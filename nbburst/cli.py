@@ -1,4 +1,4 @@
-"""The ``nbburst`` command: list, follow, fetch, cancel and clean up jobs from a terminal.
+"""The ``nbburst`` command: list, follow, fetch, cancel and clean up jobs from a terminal, and bake images.
 
 It reads the same configuration as the notebook (Jupyter config files, then
 ``NBBURST_*`` variables, then ``--root``/``--backend``/``--set``) and the same
@@ -8,7 +8,7 @@ Exit codes (stable, for scripts):
 
 ==  =========================================================================
 0   success (for ``result`` and ``logs -f``: the job SUCCEEDED)
-1   the job FAILED or was CANCELLED (``result``, ``logs -f``)
+1   the job FAILED or was CANCELLED (``result``, ``logs -f``); the image build failed (``image build``)
 2   usage error: a bad option or argument; nothing was done
 3   not found: no job with that id or name
 4   configuration or credentials: settings, Store, signing key, ``doctor`` failures
@@ -383,6 +383,12 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_image_build(args: argparse.Namespace) -> int:
+    from .machines.gce_image import run_cli
+
+    return run_cli(session(args, open_store=False), args)
+
+
 # -- parser ------------------------------------------------------------------------------------
 
 
@@ -446,6 +452,25 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--interval", default="5s", help="time between rounds (default 5s)")
     s.add_argument("--once", action="store_true", help="one round, then exit")
     s.set_defaults(func=cmd_supervise)
+
+    s = sub.add_parser("image", help="Compute Engine images with this notebook's Python and packages")
+    image = s.add_subparsers(dest="image_command", metavar="IMAGE_COMMAND", required=True)
+    s = image.add_parser("build", parents=[common], help="bake an image with this Python's packages and nbburst",
+                         description="Bake a Compute Engine image with this notebook's Python version, its package "
+                                     "versions and nbburst, so job VMs boot without installing anything.")
+    s.add_argument("--family", help="image family (default nbburst-pyXY for this Python)")
+    base = s.add_mutually_exclusive_group()
+    base.add_argument("--base-image", metavar="IMAGE", help="start from this image (projects/P/global/images/NAME)")
+    base.add_argument("--base-family", metavar="FAMILY", help="start from the newest image of this family")
+    s.add_argument("--base-project", metavar="PROJECT", help="project of --base-family (default: the project)")
+    s.add_argument("--zone", help="zone of the builder VM (default: configuration)")
+    s.add_argument("--machine-type", metavar="TYPE", help="builder machine type (default e2-standard-4)")
+    s.add_argument("--requirements", metavar="FILE", help="bake these requirements instead of this Python's "
+                   "installed packages (nbburst's own dependencies are added)")
+    s.add_argument("--timeout", default="1h", help="give up on the build after this long (default 1h)")
+    s.add_argument("--dry-run", action="store_true", help="print the plan (base image, packages, builder) and "
+                   "create nothing")
+    s.set_defaults(func=cmd_image_build)
     return p
 
 

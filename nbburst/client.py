@@ -319,12 +319,12 @@ class Job:
             return False
         return self._machine_state(status) in (GONE, STOPPED)
 
-    def _machine_state(self, status: Status, fresh: bool = False) -> str:
-        """The machine's state, asked of the backend at most every DESCRIBE_SECONDS (unless ``fresh``)."""
+    def _machine_state(self, status: Status, max_age: float = DESCRIBE_SECONDS) -> str:
+        """The machine's state, asked of the backend at most every ``max_age`` seconds."""
         name = status.machine or machine_name(self.id)
         cached = self.__dict__.get("_described")
         now = time.monotonic()
-        if not fresh and cached and cached[0] == name and now - cached[1] < DESCRIBE_SECONDS:
+        if cached and cached[0] == name and now - cached[1] < max_age:
             return cached[2]
         state = self.machines.describe(name).state
         self._described = (name, now, state)

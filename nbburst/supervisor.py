@@ -196,7 +196,7 @@ class Supervisor:
             return self._relaunch(None) if self.lease.acquire() else State.SUBMITTED
         if state != State.PREEMPTED:
             return state
-        if job._machine_state(status, fresh=True) not in (GONE, STOPPED):
+        if job._machine_state(status, max_age=0.5) not in (GONE, STOPPED):
             return state  # still shutting down
         if not self.lease.acquire():
             return state  # another supervisor has it

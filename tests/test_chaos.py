@@ -142,13 +142,13 @@ def chaos(backend: str, burst: Burst, tmp_path, jobs: int, preemptions: int, ste
     for t in threads:
         t.start()
     while any(t.is_alive() for t in threads):  # the cell's view: every record once, markers included
-        for tail, stream in zip(tails, streams):
+        for tail, stream in zip(tails, streams, strict=True):
             stream.extend(tail.poll())
         time.sleep(0.1)
     stop.set()
     hosted.join(10)
     survived: Counter[str] = Counter()
-    for d, tail, stream, side in zip(drivers, tails, streams, sides):
+    for d, tail, stream, side in zip(drivers, tails, streams, sides, strict=True):
         stream.extend(tail.poll())
         assert d.error is None, d.error
         assert d.job.state == State.SUCCEEDED, (d.job.id, d.job.terminal(), d.job.attempts())

@@ -369,6 +369,38 @@ def test_images_and_machine_types(compute_emulator):
     assert zones.get(project=PROJECT, zone="europe-west4-b").region.endswith("/regions/europe-west4")
 
 
+def test_image_from_a_stopped_boot_disk_carries_its_content(gce, compute_emulator):
+    images = compute_emulator.client(compute_v1.ImagesClient)
+    global_ops = compute_emulator.client(compute_v1.GlobalOperationsClient)
+    gce.create(instance("vm-bake", startup="mkdir -p baked && echo ready > baked/marker; exec sleep 300"))
+    disk = gce.get("vm-bake").disks[0].source
+    assert disk.endswith(f"/projects/{PROJECT}/zones/{ZONE}/disks/vm-bake")
+    image = compute_v1.Image(name="baked-1", family="baked", source_disk=disk.split("/compute/v1/")[1],
+                             labels={"python": "3-11"})
+    with pytest.raises(exceptions.BadRequest, match="already being used by"):
+        images.insert(project=PROJECT, image_resource=image)  # the instance still runs
+    read_when_there(compute_emulator.disk_path("vm-bake") / "baked" / "marker")
+    gce.wait(gce.instances.stop(project=PROJECT, zone=ZONE, instance="vm-bake"))
+    op = images.insert(request=compute_v1.InsertImageRequest(project=PROJECT, image_resource=image,
+                                                             request_id=str(uuid.uuid4())))
+    done = global_ops.wait(project=PROJECT, operation=op.name)
+    assert done.status == compute_v1.Operation.Status.DONE and not done.error.errors
+    assert global_ops.get(project=PROJECT, operation=op.name).target_link.endswith("/global/images/baked-1")
+    got = images.get_from_family(project=PROJECT, family="baked")
+    assert (got.name, got.status, dict(got.labels)) == ("baked-1", "READY", {"python": "3-11"})
+    assert got.source_disk.endswith("/disks/vm-bake")
+    with pytest.raises(exceptions.Conflict):
+        images.insert(project=PROJECT, image_resource=image)
+    gce.wait(gce.instances.delete(project=PROJECT, zone=ZONE, instance="vm-bake"))
+    booted = instance("vm-from-image")
+    booted.disks[0].initialize_params.source_image = f"projects/{PROJECT}/global/images/family/baked"
+    gce.create(booted)
+    assert (compute_emulator.disk_path("vm-from-image") / "baked" / "marker").read_text() == "ready\n"
+    global_ops.wait(project=PROJECT, operation=images.delete(project=PROJECT, image="baked-1").name)
+    with pytest.raises(exceptions.NotFound):
+        images.get(project=PROJECT, image="baked-1")
+
+
 def test_control_endpoints_over_http(gce, compute_emulator):
     gce.create(instance("vm-remote", startup="exec sleep 300"))
     base = compute_emulator.endpoint + "/emulator"

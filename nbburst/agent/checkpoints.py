@@ -348,10 +348,8 @@ def start_in_runner(store: Store, layout: JobLayout, key: bytes, channel: Any, c
     root = Path(where)
     syncer = Syncer(store, layout, key, root, int(os.environ.get(ENV_ATTEMPT) or 0)).start()
     checkpoint._activate(root, key, on_change=syncer.kick, on_sync=syncer.flush)
-    try:
+    if os.environ.get("NBBURST_RESUME_TASKS", "1") != "0":  # 0: joblib tasks are not cached (benchmarks)
         resume.install(root / "tasks")
-    except ImportError:  # no joblib in this environment: nothing to resume
-        pass
     if control_fd is not None:
         preemption.listen(control_fd, syncer, channel)
     return syncer

@@ -45,11 +45,12 @@ WAIT_SECONDS = 60  # hanging GET timeout at the metadata server
 
 def metadata_host() -> str | None:
     """The metadata server's host, or None off Compute Engine (and its emulator)."""
+    from ..metadata import on_gce
+
     host = os.environ.get("GCE_METADATA_HOST")
     if host:
         return host
-    if os.path.exists("/etc/google_instance_id") or os.path.exists("/sys/class/dmi/id/product_name") and \
-            _read("/sys/class/dmi/id/product_name").strip() == "Google Compute Engine":
+    if on_gce() or _read("/sys/class/dmi/id/product_name").strip() == "Google Compute Engine":
         return "metadata.google.internal"
     return None
 

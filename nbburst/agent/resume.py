@@ -107,7 +107,7 @@ def _call(self: Any, iterable: Any) -> Any:
         return original(self, tasks)
     results: list[Any] = [None] * len(tasks)
     todo = []
-    for i, (task, key) in enumerate(zip(tasks, keys)):
+    for i, (task, key) in enumerate(zip(tasks, keys, strict=True)):
         found, value = _load(folder / f"{key}.pkl")
         if found:
             results[i] = value
@@ -124,7 +124,7 @@ def _call(self: Any, iterable: Any) -> Any:
         out = original(self, [t for _, t in todo])
         if getattr(self, "return_generator", False):
             return _merge_lazily(out, todo, results)
-        for (i, _), value in zip(todo, out):
+        for (i, _), value in zip(todo, out, strict=True):
             results[i] = value
         return results
     finally:
@@ -203,10 +203,25 @@ def _task_keys(call_index: int, tasks: list[Any]) -> list[str]:
                 obj = ("nbburst-array", entry[1], str(obj.dtype), obj.shape)
             NumpyHasher.save(self, obj)
 
+    # An argument object shared by many tasks (the data, a search's scorer, the search itself) is
+    # hashed once per call, not once per task: every task holds it, so its id is stable meanwhile.
+    shared: dict[int, tuple[Any, str]] = {}
+
+    def part(obj: Any) -> Any:
+        if obj is None or isinstance(obj, (bool, int, float, str, bytes)):
+            return obj
+        entry = shared.get(id(obj))
+        if entry is None or entry[0] is not obj:
+            entry = (obj, Hasher(hash_name="sha1").hash(obj))
+            shared[id(obj)] = entry
+        return ("nbburst-part", entry[1])
+
     keys = []
     for index, (func, args, kwargs) in enumerate(tasks):
         func = getattr(func, "function", func)  # sklearn's _FuncWrapper: its config is not the task
-        keys.append(Hasher(hash_name="sha1").hash(("nbburst-task", 1, call_index, index, func, args, kwargs)))
+        token = ("nbburst-task", 2, call_index, index, part(func), tuple(part(a) for a in args),
+                 sorted((k, part(v)) for k, v in kwargs.items()))
+        keys.append(Hasher(hash_name="sha1").hash(token))
     return keys
 
 

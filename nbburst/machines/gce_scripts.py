@@ -8,6 +8,8 @@ Startup (bash, on every boot):
 
 1. finds ``python3`` (the image's Python), makes a working folder on the boot
    disk (``/var/lib/nbburst``; under the emulator, the instance's disk folder);
+   on an image baked by ``nbburst image build`` the venv is there already, with
+   nbburst's dependencies, and its Python runs the bootstrap;
 2. bootstrap (Python, standard library + google-cloud-storage): reads the
    job's signed ``dist/manifest.json``, checks its HMAC with the job key from
    the metadata server, downloads the nbburst wheel of the client (a blob,
@@ -158,7 +160,8 @@ export NBBURST_HOME="$BASE"
 export GCE_METADATA_HOST="${GCE_METADATA_HOST:-metadata.google.internal}"
 export PYTHONUNBUFFERED=1
 mkdir -p "$BASE" || powerdown "cannot create $BASE"
-PY="$(command -v python3 || command -v python)"
+if [ -x "$BASE/venv/bin/python" ]; then PY="$BASE/venv/bin/python"  # a baked image, or a restart
+else PY="$(command -v python3 || command -v python)"; fi
 say "begin (python: ${PY:-none}, folder: $BASE)"
 [ -n "$PY" ] || powerdown "the image has no python3"
 "$PY" - "$BASE" <<'NBBURST_BOOTSTRAP' || powerdown "could not install nbburst on this VM (see above)"

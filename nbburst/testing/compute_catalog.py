@@ -273,6 +273,9 @@ def quota_demand(m: MachineType, accelerators: dict[str, int], spot: bool, disks
 
 @dataclass
 class Image:
+    """An image. One made by ``images.insert`` from a disk has ``content``: a copy of that disk's
+    folder, which becomes the first content of every instance disk made from the image."""
+
     project: str
     name: str
     family: str | None = None
@@ -280,6 +283,11 @@ class Image:
     deprecated: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     created: float = field(default_factory=time.time)
+    status: str = "READY"  # PENDING while images.insert copies the disk
+    description: str | None = None
+    source_disk: str | None = None  # full URL of the disk it was made from
+    source_disk_id: str | None = None
+    content: str | None = None  # folder holding the disk's files
 
     def json(self) -> dict:
         out = {
@@ -287,9 +295,9 @@ class Image:
             "id": str(stable_id("image", self.project, self.name)),
             "creationTimestamp": rfc3339(self.created),
             "name": self.name,
-            "description": f"{self.family or self.name} image",
+            "description": f"{self.family or self.name} image" if self.description is None else self.description,
             "sourceType": "RAW",
-            "status": "READY",
+            "status": self.status,
             "archiveSizeBytes": str(self.disk_size_gb * 2**28),
             "diskSizeGb": str(self.disk_size_gb),
             "selfLink": link(self.project, "global", "images", self.name),
@@ -299,6 +307,9 @@ class Image:
         }
         if self.family:
             out["family"] = self.family
+        if self.source_disk:
+            out["sourceDisk"] = self.source_disk
+            out["sourceDiskId"] = self.source_disk_id or ""
         if self.deprecated:
             out["deprecated"] = {"state": "DEPRECATED"}
         return out

@@ -15,6 +15,11 @@ soft-off signal), then SIGKILL whatever is left after the grace period. Scripts 
 (this API) and ``NBBURST_EMULATOR_INSTANCE``; ``poweroff``, ``shutdown``, ``reboot`` and ``sudo``
 on their PATH act on the emulated machine, never on the host. The host's ``NBBURST_*``
 variables are not passed on (a real VM has none); pass extra ones with ``instance_env``.
+
+``images.insert`` from a stopped instance's boot disk copies the disk folder as the image's
+content (under ``base_dir/images/PROJECT/NAME``); an instance booted from that image starts with
+a copy of it on its disk, as a baked image would. Image inserts are global operations
+(``globalOperations.get``/``wait``).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from nbburst.testing.compute_resources import (
     get_image,
     image_from_family,
     not_found,
+    plan_image,
     plan_instance,
 )
 from nbburst.testing.metadata_emulator import MetadataServer
@@ -378,25 +384,30 @@ class ComputeEmulator(LifecycleMixin):
                 "start": str(start), "next": str(start + len(data)),
                 "selfLink": inst.resource["selfLink"] + "/serialPort"}
 
-    # ---- API: operations ---------------------------------------------------------------------
-    def api_operation(self, project: str, zone: str, name: str, wait: bool = False) -> dict:
+    # ---- API: operations (zone None: global operations) --------------------------------------
+    def api_operation(self, project: str, zone: str | None, name: str, wait: bool = False) -> dict:
         with self._cond:
             op = self._ops.get((project, zone, name))
             if op is None:
-                raise not_found(f"projects/{project}/zones/{zone}/operations/{name}")
+                raise not_found(self._op_path(project, zone, name))
             if wait:
                 self._cond.wait_for(lambda: op["status"] == "DONE" or self._closing,
                                     timeout=self.operation_wait_timeout)
             return copy.deepcopy(op)
 
-    def api_operations(self, project: str, zone: str) -> list[dict]:
+    def api_operations(self, project: str, zone: str | None) -> list[dict]:
         with self._lock:
             return [copy.deepcopy(o) for (p, z, _), o in self._ops.items() if p == project and z == zone]
 
-    def api_delete_operation(self, project: str, zone: str, name: str) -> None:
+    def api_delete_operation(self, project: str, zone: str | None, name: str) -> None:
         with self._lock:
             if self._ops.pop((project, zone, name), None) is None:
-                raise not_found(f"projects/{project}/zones/{zone}/operations/{name}")
+                raise not_found(self._op_path(project, zone, name))
+
+    @staticmethod
+    def _op_path(project: str, zone: str | None, name: str) -> str:
+        where = f"zones/{zone}" if zone else "global"
+        return f"projects/{project}/{where}/operations/{name}"
 
     # ---- API: catalog ------------------------------------------------------------------------
     def api_project(self, project: str) -> dict:
@@ -464,7 +475,82 @@ class ComputeEmulator(LifecycleMixin):
         with self._lock:
             return image_from_family(project, family, self.images).json()
 
+    def api_insert_image(self, project: str, body: dict, request_id: str | None = None,
+                         force_create: bool = False) -> dict:
+        """images.insert from an instance's boot disk: PENDING while the disk folder is copied,
+        then READY. The disk must be detached or its instance stopped, unless forceCreate."""
+        with self._lock:
+            prior = self._prior(project, request_id)
+            if prior:
+                return prior
+            plan = plan_image(project, body, self.images, force_create)
+            disk_path = f"projects/{plan.disk_project}/zones/{plan.disk_zone}/disks/{plan.disk_name}"
+            self._check_zone(plan.disk_zone)
+            inst, disk = self._disk_owner(plan.disk_project, plan.disk_zone, plan.disk_name)
+            if not disk.get("boot"):
+                raise ComputeError(400, "invalid", f"The compute emulator keeps the content of boot disks only; "
+                                   f"'{disk_path}' is not a boot disk.")
+            if inst.status != "TERMINATED" and not plan.force:
+                raise ComputeError(400, "resourceInUseByAnotherResource",
+                                   f"The disk resource '{disk_path}' is already being used by '{inst.path}'")
+            img = cat.Image(project, plan.name, plan.family, disk_size_gb=int(disk.get("diskSizeGb") or 10),
+                            labels=plan.labels, status="PENDING", description=plan.description,
+                            source_disk=cat.link(plan.disk_project, "zones", plan.disk_zone, "disks", plan.disk_name),
+                            source_disk_id=str(inst.id))
+            self.images.append(img)
+            op = self._new_global_op(project, "insert", cat.link(project, "global", "images", img.name),
+                                     img.json()["id"], request_id)
+            self._spawn(self._run_image_insert, img, inst, op)
+            return copy.deepcopy(op)
+
+    def api_delete_image(self, project: str, name: str, request_id: str | None = None) -> dict:
+        with self._lock:
+            prior = self._prior(project, request_id)
+            if prior:
+                return prior
+            img = get_image(project, name, self.images)
+            self.images.remove(img)
+            op = self._new_global_op(project, "delete", cat.link(project, "global", "images", name),
+                                     img.json()["id"], request_id)
+            self._finish(op)
+        if img.content:
+            shutil.rmtree(Path(img.content).parent, ignore_errors=True)
+        return copy.deepcopy(op)
+
+    def _disk_owner(self, project: str, zone: str, disk_name: str) -> tuple[Instance, dict]:
+        """The instance a disk belongs to (instance disks live and die with their instance here)."""
+        for (p, z, _), inst in self._instances.items():
+            if p != project or z != zone:
+                continue
+            for disk in inst.resource["disks"]:
+                if disk["source"].rsplit("/", 1)[-1] == disk_name:
+                    return inst, disk
+        raise not_found(f"projects/{project}/zones/{zone}/disks/{disk_name}")
+
     # ---- lifecycle (background threads) ------------------------------------------------------
+    def _run_image_insert(self, img: cat.Image, inst: Instance, op: dict) -> None:
+        content = self.base_dir / "images" / img.project / img.name
+        error = None
+        with inst.transition:  # the instance is not started or deleted while its disk is copied
+            self._pause(self.operation_delay)
+            try:
+                shutil.rmtree(content, ignore_errors=True)
+                if inst.deleted:
+                    raise FileNotFoundError(inst.disk)
+                content.mkdir(parents=True)
+                shutil.copytree(inst.disk, content / "disk", symlinks=True)
+            except OSError as e:
+                shutil.rmtree(content, ignore_errors=True)
+                error = ("RESOURCE_NOT_FOUND" if inst.deleted else "INTERNAL_ERROR",
+                         f"The disk of '{inst.path}' could not be read: {e}", 400, "BAD REQUEST")
+        with self._lock:
+            if error:
+                if img in self.images:
+                    self.images.remove(img)
+            else:
+                img.content, img.status = str(content / "disk"), "READY"
+        self._finish(op, error)
+
     # ---- processes ---------------------------------------------------------------------------
     # ---- helpers -----------------------------------------------------------------------------
     def _check_zone(self, zone: str) -> None:
@@ -499,20 +585,31 @@ class ComputeEmulator(LifecycleMixin):
 
     def _new_op(self, inst: Instance, op_type: str, request_id: str | None = None, *,
                 user: str | None = None) -> dict:
+        return self._record_op(inst.project, inst.zone, op_type, inst.resource["selfLink"], str(inst.id),
+                               request_id, user)
+
+    def _new_global_op(self, project: str, op_type: str, target_link: str, target_id: str,
+                       request_id: str | None = None) -> dict:
+        return self._record_op(project, None, op_type, target_link, target_id, request_id, None)
+
+    def _record_op(self, project: str, zone: str | None, op_type: str, target_link: str, target_id: str,
+                   request_id: str | None, user: str | None) -> dict:
         ms = int(time.time() * 1000)
         name = f"operation-{ms}-{secrets.token_hex(7)[:13]}-{secrets.token_hex(4)}-{secrets.token_hex(4)}"
         now = cat.rfc3339()
+        where = ("zones", zone) if zone else ("global",)
         op = {
             "kind": "compute#operation", "id": str(10**18 + secrets.randbelow(9 * 10**18)), "name": name,
-            "zone": cat.link(inst.project, "zones", inst.zone), "operationType": op_type,
-            "targetLink": inst.resource["selfLink"], "targetId": str(inst.id), "status": "RUNNING",
-            "user": user or f"emulator@{inst.project}.iam.gserviceaccount.com", "progress": 0,
+            "operationType": op_type, "targetLink": target_link, "targetId": target_id, "status": "RUNNING",
+            "user": user or f"emulator@{project}.iam.gserviceaccount.com", "progress": 0,
             "insertTime": now, "startTime": now,
-            "selfLink": cat.link(inst.project, "zones", inst.zone, "operations", name),
+            "selfLink": cat.link(project, *where, "operations", name),
         }
-        self._ops[(inst.project, inst.zone, name)] = op
+        if zone:
+            op["zone"] = cat.link(project, "zones", zone)
+        self._ops[(project, zone, name)] = op
         if request_id:
-            self._request_ids[(inst.project, request_id)] = (inst.project, inst.zone, name)
+            self._request_ids[(project, request_id)] = (project, zone, name)
         if len(self._ops) > MAX_OPERATIONS:  # forget the oldest finished ones, as GCE does eventually
             for key in [k for k, o in self._ops.items() if o["status"] == "DONE"][: MAX_OPERATIONS // 10]:
                 del self._ops[key]

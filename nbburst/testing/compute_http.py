@@ -135,6 +135,39 @@ def _image(emu, a, q, b):
     return emu.api_image(a["project"], a["image"])
 
 
+@route("POST", _P + r"/global/images")
+def _insert_image(emu, a, q, b):
+    return emu.api_insert_image(a["project"], b, q.get("requestId"),
+                                str(q.get("forceCreate", "")).lower() == "true")
+
+
+@route("DELETE", _P + r"/global/images/(?P<image>[^/]+)")
+def _delete_image(emu, a, q, b):
+    return emu.api_delete_image(a["project"], a["image"], q.get("requestId"))
+
+
+@route("GET", _P + r"/global/operations")
+def _global_operations(emu, a, q, b):
+    return _list("compute#operationList", emu.api_operations(a["project"], None), q,
+                 cat.link(a["project"], "global", "operations"))
+
+
+@route("GET", _P + r"/global/operations/(?P<op>[^/]+)")
+def _global_operation(emu, a, q, b):
+    return emu.api_operation(a["project"], None, a["op"])
+
+
+@route("POST", _P + r"/global/operations/(?P<op>[^/]+)/wait")
+def _wait_global_operation(emu, a, q, b):
+    return emu.api_operation(a["project"], None, a["op"], wait=True)
+
+
+@route("DELETE", _P + r"/global/operations/(?P<op>[^/]+)")
+def _delete_global_operation(emu, a, q, b):
+    emu.api_delete_operation(a["project"], None, a["op"])
+    return {}
+
+
 @route("GET", _P + r"/aggregated/instances")
 def _aggregated_instances(emu, a, q, b):
     try:

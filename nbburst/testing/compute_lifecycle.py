@@ -46,9 +46,20 @@ class LifecycleMixin:
                     return self._finish(op, self._exhausted_error(inst))
                 inst.status = "STAGING"
                 self._cond.notify_all()
+            self._initialize_disk(inst)
             self._pause(self.operation_delay / 2)
             self._boot(inst)
         self._finish(op)
+
+    def _initialize_disk(self, inst: Instance) -> None:
+        """A disk made from an image that has content (images.insert from a disk) starts as a copy of it."""
+        image = inst.plan.image
+        if image is None or not image.content:
+            return
+        try:
+            shutil.copytree(image.content, inst.disk, symlinks=True, dirs_exist_ok=True)
+        except OSError as e:
+            inst.log(f"nbburst-emulator: could not copy image {image.name} to the disk: {e}")
 
     def _run_start(self, inst: Instance, op: dict) -> None:
         with inst.transition:

@@ -270,6 +270,9 @@ def _plan_disks(project: str, zone: str, name: str, disks: list, images):
         disk_image = None
         if ip.get("sourceImage"):
             disk_image = resolve_image(project, ip["sourceImage"], images)
+            if disk_image.status != "READY":
+                raise ComputeError(400, "resourceNotReady", f"The resource 'projects/{disk_image.project}/global/"
+                                   f"images/{disk_image.name}' is not ready")
         elif d.get("boot"):
             raise invalid(f"resource.disks[{i}].initializeParams.sourceImage", "",
                           "A boot disk needs a source image.")
@@ -330,7 +333,47 @@ def get_image(project: str, name: str, images) -> cat.Image:
 
 
 def image_from_family(project: str, family: str, images) -> cat.Image:
-    found = [i for i in images if i.project == project and i.family == family and not i.deprecated]
+    """The newest image of the family that is READY and not deprecated."""
+    found = [i for i in images if i.project == project and i.family == family and not i.deprecated
+             and i.status == "READY"]
     if not found:
         raise not_found(f"projects/{project}/global/images/family/{family}")
     return max(found, key=lambda i: i.created)
+
+
+@dataclass
+class ImagePlan:
+    """A checked `images.insert` body (from a disk: the only source the emulator keeps)."""
+
+    name: str
+    family: str | None
+    labels: dict[str, str]
+    description: str | None
+    disk_project: str
+    disk_zone: str
+    disk_name: str
+    force: bool = False
+
+
+def plan_image(project: str, body: dict, images, force_create: bool = False) -> ImagePlan:
+    """Check an images.insert body as GCE does (ComputeError on the first problem)."""
+    name = check_name(body.get("name"))
+    family = body.get("family") or None
+    if family is not None and not NAME_RE.match(family):
+        raise invalid("resource.family", family, "Must be a match of regex '(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)'")
+    labels = check_labels(body.get("labels"))
+    if any(i.project == project and i.name == name for i in images):
+        raise ComputeError(409, "alreadyExists",
+                           f"The resource 'projects/{project}/global/images/{name}' already exists")
+    source = body.get("sourceDisk") or ""
+    if not source:
+        other = [k for k in ("sourceImage", "sourceSnapshot", "rawDisk") if body.get(k)]
+        if other:
+            raise invalid(f"resource.{other[0]}", "", "The compute emulator makes images from a sourceDisk only.")
+        raise ComputeError(400, "required", "Required field 'resource.sourceDisk' not specified")
+    m = _DISK.match(source)
+    if not m:
+        raise invalid("resource.sourceDisk", source, "Must be a URL to a disk resource, e.g. "
+                                                     "projects/PROJECT/zones/ZONE/disks/DISK.")
+    return ImagePlan(name, family, labels, body.get("description"), m.group(1) or project, m.group(2),
+                     m.group(3), force_create)
