@@ -145,10 +145,12 @@ def _nested_global_reads(table: symtable.SymbolTable) -> list[str]:
     """Free names read inside functions, lambdas, classes and comprehensions."""
     names = []
     for child in _walk_tables(table):
+        in_class = child.get_type() == "class"
         for sym in child.get_symbols():
-            if sym.is_referenced() and (sym.is_global() or sym.is_declared_global()) and not sym.is_local():
-                names.append(sym.get_name())
-            elif child.get_type() == "class" and sym.is_referenced() and not sym.is_assigned():
+            if not sym.is_referenced():
+                continue
+            free_global = (sym.is_global() or sym.is_declared_global()) and not sym.is_local()
+            if free_global or (in_class and not sym.is_assigned()):
                 names.append(sym.get_name())
     return names
 

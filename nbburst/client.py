@@ -39,6 +39,7 @@ from .job import (
 from .machines import Machines, open_machines
 from .machines.base import GONE, STOPPED, machine_name
 from .options import Options
+from .outcome import read_error
 from .store import AlreadyExists, NotFound, Store, open_store
 
 # fingerprint of exact bytes -> SHA-256 address, per store: saves re-hashing unchanged data.
@@ -482,8 +483,7 @@ class Job:
         raise JobFailed(f"job {self.id} failed: {reason}")
 
     def remote_error(self) -> dict[str, Any]:
-        data = signing.verify(self.key(), self.store.get(self.layout.error), f"error of job {self.id}")
-        return payload.decode(bytearray(data))
+        return read_error(self.store, self.layout, self.key())
 
     def result(self, timeout: float | None = None) -> Any:
         """Wait, then return the value (``submit``) or the dict of variables (a cell)."""

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from .job import STALE_AFTER_SECONDS, State, Status
 from .machines.base import GONE, STOPPED, machine_name
+from .outcome import error_summary
 from .store import AlreadyExists, NotFound
 
 if TYPE_CHECKING:
@@ -260,9 +261,7 @@ class Supervisor:
         if store.exists(layout.result):
             return job._commit(State.SUCCEEDED, "", by="supervisor")
         if store.exists(layout.error):
-            from .agent.main import _error_summary
-
-            return job._commit(State.FAILED, _error_summary(store, layout, job.key()), by="supervisor")
+            return job._commit(State.FAILED, error_summary(store, layout, job.key()), by="supervisor")
         if store.exists(layout.cancel):
             return job._commit(State.CANCELLED, "cancelled by the user", by="supervisor")
         if time.time() > job.spec.created + job.spec.timeout_s:

@@ -1,11 +1,11 @@
-pytest_plugins = ["nbburst.testing.pytest_plugin"]
-
 import os
 import signal
 import time
 
 import psutil
 import pytest
+
+pytest_plugins = ["nbburst.testing.pytest_plugin"]
 
 
 def _agents_under(root: str) -> list[psutil.Process]:

@@ -33,6 +33,7 @@ from ..job import (
     Terminal,
 )
 from ..metadata import metadata, on_gce
+from ..outcome import error_summary
 from ..store import AlreadyExists, NotFound, Store, open_store
 from . import preemption
 from .checkpoints import local_root, restore, summary
@@ -261,19 +262,11 @@ class Agent:
         elif self.stop_reason is not None:
             state = self.commit_terminal(*self.stop_reason)
         elif self.store.exists(self.layout.error):
-            state = self.commit_terminal(State.FAILED, _error_summary(self.store, self.layout, self.ident.key))
+            state = self.commit_terminal(State.FAILED, error_summary(self.store, self.layout, self.ident.key))
         else:
             state = self.commit_terminal(State.FAILED, _death(wait_status))
         self.write_status(state=state)
         return state
-
-
-def _error_summary(store: Store, layout: JobLayout, key: bytes) -> str:
-    try:
-        info = payload.decode(bytearray(signing.verify(key, store.get(layout.error), "error.pkl")))
-        return f"{info['type'].rpartition('.')[2]}: {info['message']}"
-    except Exception as exc:
-        return f"the cell raised an exception ({exc})"
 
 
 def _kill_group(pgid: int) -> None:
