@@ -1,30 +1,7 @@
-import os
-import signal
-import time
-
-import psutil
 import pytest
+from support import kill_agents
 
 pytest_plugins = ["nbburst.testing.pytest_plugin"]
-
-
-def _agents_under(root: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            cmd = " ".join(proc.info["cmdline"] or [])
-        except psutil.Error:
-            continue
-        if "nbburst.agent" in cmd and root in cmd:
-            found.append(proc)
-    return found
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 @pytest.fixture
@@ -38,14 +15,5 @@ def burst_env(tmp_path, monkeypatch):
     monkeypatch.delenv("NBBURST_TIMEOUT", raising=False)
     yield {"root": root, "state": state}
     # An agent exits a few tens of milliseconds after it commits the job's end: give it that.
-    deadline = time.monotonic() + 5
-    leftovers = _agents_under(str(root))
-    while leftovers and time.monotonic() < deadline:
-        time.sleep(0.05)
-        leftovers = [p for p in leftovers if _alive(p)]
-    for proc in leftovers:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-    assert not leftovers, f"machines left running after the test: {[p.pid for p in leftovers]}"
+    killed = kill_agents(str(root))
+    assert not killed, f"machines left running after the test: {killed}"

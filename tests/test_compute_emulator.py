@@ -13,6 +13,7 @@ import pytest
 import requests
 from google.api_core import exceptions
 from google.cloud import compute_v1
+from support import wait_until
 
 from nbburst.testing import MetadataServer
 
@@ -85,18 +86,10 @@ def gce(compute_emulator):
     return Compute(compute_emulator)
 
 
-def wait_for(predicate, timeout=10.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def read_when_there(path: Path, timeout=10.0) -> str:
-    wait_for(lambda: path.exists() and path.read_text().endswith("\n"), timeout, str(path))
+    wait_until(lambda: path.exists() and path.read_text().endswith("\n"), timeout, what=str(path))
     return path.read_text()
 
 
@@ -215,7 +208,7 @@ def test_startup_script_runs_in_its_disk_with_a_metadata_server(gce, compute_emu
 def test_stop_start_reruns_startup_and_keeps_disk_delete_removes_it(gce, compute_emulator):
     gce.create(instance("vm-cycle", startup="echo boot >> boots.txt; echo data > kept.txt; exec sleep 300"))
     disk = compute_emulator.disk_path("vm-cycle")
-    wait_for(lambda: (disk / "boots.txt").exists(), what="first boot")
+    wait_until(lambda: (disk / "boots.txt").exists(), what="first boot")
     first_pid = compute_emulator.instance("vm-cycle")["processes"]["startup"]["pid"]
 
     gce.wait(gce.instances.stop(project=PROJECT, zone=ZONE, instance="vm-cycle"))
@@ -225,7 +218,7 @@ def test_stop_start_reruns_startup_and_keeps_disk_delete_removes_it(gce, compute
 
     gce.wait(gce.instances.start(project=PROJECT, zone=ZONE, instance="vm-cycle"))
     assert gce.get("vm-cycle").status == "RUNNING"
-    wait_for(lambda: (disk / "boots.txt").read_text() == "boot\nboot\n", what="second boot")
+    wait_until(lambda: (disk / "boots.txt").read_text() == "boot\nboot\n", what="second boot")
 
     gce.wait(gce.instances.delete(project=PROJECT, zone=ZONE, instance="vm-cycle"))
     with pytest.raises(exceptions.NotFound):
@@ -298,7 +291,7 @@ def test_the_vm_can_power_itself_off(gce, compute_emulator):
 
 def test_startup_script_ending_leaves_the_instance_running(gce, compute_emulator):
     gce.create(instance("vm-idle", startup="echo quick"))
-    wait_for(lambda: "exit status 0" in compute_emulator.serial_output("vm-idle"), what="script exit")
+    wait_until(lambda: "exit status 0" in compute_emulator.serial_output("vm-idle"), what="script exit")
     assert gce.get("vm-idle").status == "RUNNING"
 
 
@@ -430,7 +423,7 @@ def test_emulator_stop_leaves_no_process(tmp_path):
     daemon = int(read_when_there(emu.disk_path("vm-daemon") / "d.pid"))
     assert psutil.pid_exists(daemon)
     emu.stop()
-    wait_for(lambda: not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == psutil.STATUS_ZOMBIE,
+    wait_until(lambda: not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == psutil.STATUS_ZOMBIE,
              timeout=5, what="escaped process killed")
     assert emu.live_processes() == []
 

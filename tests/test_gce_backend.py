@@ -17,6 +17,7 @@ import nbformat
 import psutil
 import pytest
 from nbrun import error, run, stream
+from support import wait_until
 
 from nbburst.client import Burst
 from nbburst.errors import UsageError
@@ -35,14 +36,6 @@ def gce_env(emulator_env, tmp_path, monkeypatch):
     return emulator_env
 
 
-def wait_for(predicate, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def inserts(emu) -> list[dict]:
@@ -205,7 +198,7 @@ def test_max_run_duration_ends_a_vm_whose_agent_hangs(gce_env, compute_emulator,
     name = machine_name(job.id)
     sched = compute_emulator.api_get(compute_emulator.project, compute_emulator.zone, name)["scheduling"]
     assert 7 <= int(sched["maxRunDuration"]["seconds"]) <= 11  # the time left of --timeout 8s, plus 3 s
-    wait_for(lambda: job.state == State.RUNNING, what="the agent to start")
+    wait_until(lambda: job.state == State.RUNNING, what="the agent to start")
     agents = [p for p in map(psutil.Process, compute_emulator.instance(name)["live_pids"])
               if "nbburst.agent" in " ".join(p.cmdline())]
     for agent in agents:
@@ -254,9 +247,9 @@ def test_a_preempted_vm_restarts_with_its_disk_and_the_next_attempt(gce_env, com
 
     job = submit(burst, slow, 6, cores=2)
     name = machine_name(job.id)
-    wait_for(lambda: job.state == State.RUNNING, what="the agent to start")
+    wait_until(lambda: job.state == State.RUNNING, what="the agent to start")
     job.preempt(grace_s=1.0)
-    wait_for(lambda: job.supervise() == State.RUNNING and job.attempt == 2, timeout=60, what="attempt 2")
+    wait_until(lambda: job.supervise() == State.RUNNING and job.attempt == 2, timeout=60, what="attempt 2")
     console = compute_emulator.serial_output(name)
     assert console.count("nbburst-startup: begin") == 2
     assert console.count("nbburst 0.1.0 installed") == 1 and "already installed" in console  # the venv stayed

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from google.api_core import exceptions
 from google.cloud import compute_v1
+from support import wait_until
 
 from nbburst import __version__
 from nbburst.cli import main
@@ -33,14 +34,6 @@ def image_env(emulator_env, compute_emulator, tmp_path, monkeypatch):
     return emulator_env
 
 
-def wait_for(predicate, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def posts(emu) -> list[dict]:
@@ -105,7 +98,7 @@ def test_build_an_image_and_boot_a_job_from_it(image_env, compute_emulator, caps
     job = burst.submit(probe, options=burst.options(backend="gce", cores=2, image_family=FAMILY))
     assert job.spec.plan["image"] == f"projects/{compute_emulator.project}/global/images/{image.name}"
     name = machine_name(job.id)
-    wait_for(lambda: job.state == State.RUNNING, what="the agent to start")
+    wait_until(lambda: job.state == State.RUNNING, what="the agent to start")
     console = compute_emulator.serial_output(name)
     assert f"nbburst {__version__} already installed" in console
     assert "venv created" not in console and "downloaded" not in console

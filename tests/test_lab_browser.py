@@ -15,7 +15,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from lab_helpers import CHROMIUM, CHROMIUM_ARGS, REPO, LabServer, agents_under, kill_agents, wait_until
+from lab_helpers import CHROMIUM, CHROMIUM_ARGS, REPO, LabServer
+from support import agents_under, kill_agents, wait_until
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 if not Path(CHROMIUM).exists():

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from lab_helpers import kill_agents, wait_until
 from pytest_jupyter.jupyter_server import *  # noqa: F403  (jp_fetch, jp_serverapp and what they need)
+from support import kill_agents, wait_until
 from traitlets.config import Config
 
 import nbburst

@@ -327,9 +327,6 @@ class GCEMachines(Machines):
     # -- image --------------------------------------------------------------------------------
     def _image(self, resources: Resources) -> tuple[str, str | None, str]:
         """(image path ``projects/P/global/images/NAME``, its Python ``3.11`` or None, where it came from)."""
-        from google.api_core import exceptions as gexc
-
-        images = self._client("ImagesClient")
         image_project = self.settings.image_project or self.project
         wb = workbench()
         if resources.image:
@@ -350,6 +347,14 @@ class GCEMachines(Machines):
         m = re.search(r"(?:projects/([^/]+)/)?global/images/(family/)?([^/]+)$", ref)
         project, family, name = (m.group(1) or image_project, m.group(2), m.group(3)) if m else (image_project, None,
                                                                                                   ref)
+        return self.lookup_image(project, name, bool(family), source)
+
+    def lookup_image(self, project: str, name: str, family: bool, source: str) -> tuple[str, str | None, str]:
+        """(``projects/P/global/images/NAME``, its python label or None, ``source``) of an image or family;
+        a missing or forbidden one is a UsageError that names ``source``."""
+        from google.api_core import exceptions as gexc
+
+        images = self._client("ImagesClient")
         try:
             if family:
                 img = self._api("resolving the image", images.get_from_family, project=project, family=name,

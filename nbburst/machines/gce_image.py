@@ -55,7 +55,8 @@ from .. import __version__, config, dist, env
 from ..durations import format_duration, parse_duration
 from ..errors import BurstError, UsageError
 from ..job import Resources, blob_key
-from .gce import _label, console_tail, python_of_labels
+from .gce import _label, console_tail
+from .gce_scripts import METADATA_PY
 
 if TYPE_CHECKING:
     from .gce import GCEMachines
@@ -262,8 +263,6 @@ class BuildPlan:
 def _resolve_base(machines: GCEMachines, base_image: str | None, base_family: str | None,
                   base_project: str | None, python: str) -> tuple[str, str | None, str]:
     """(``projects/P/global/images/NAME``, its python label or None, where it came from)."""
-    from google.api_core import exceptions as gexc
-
     if base_image and base_family:
         raise UsageError("--base-image and --base-family: give one of them")
     if base_image:
@@ -279,21 +278,10 @@ def _resolve_base(machines: GCEMachines, base_image: str | None, base_family: st
                              f"and --base-project, of an image whose python3 is Python {python}")
         project, family = DEFAULT_BASES[python]
         name, source = None, f"the default for Python {python}:"
-    images = machines._client("ImagesClient")
-    try:
-        if family:
-            img = machines._api("resolving the base image", images.get_from_family, project=project,
-                                family=family, timeout=30)
-        else:
-            img = machines._api("resolving the base image", images.get, project=project, image=name, timeout=30)
-    except gexc.NotFound:
-        what = f"image family {family}" if family else f"image {name}"
-        raise UsageError(f"base image: {what} does not exist in project {project}") from None
-    except gexc.Forbidden as exc:
-        raise UsageError(f"base image: no access to images of project {project} ({exc.message})") from None
+    url, label, _ = machines.lookup_image(project, family or name, bool(family), "base image")
     if family:
         source += f" {project}/{family}"
-    return f"projects/{project}/global/images/{img.name}", python_of_labels(dict(img.labels)), source
+    return url, label, source
 
 
 def plan(machines: GCEMachines, *, family: str | None = None, base_image: str | None = None,
@@ -599,20 +587,7 @@ def die(msg):
     sys.exit(1)
 
 
-def md(path):
-    host = os.environ.get("GCE_METADATA_HOST") or "metadata.google.internal"
-    req = urllib.request.Request(f"http://{host}/computeMetadata/v1/{path}", headers={"Metadata-Flavor": "Google"})
-    for _ in range(30):
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                return resp.read().decode()
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return None
-        except OSError:
-            pass
-        time.sleep(1)
-    return None
+__METADATA__
 
 
 def norm(name):
@@ -700,7 +675,7 @@ info = {"family": spec.get("family"), "image": spec.get("image"), "nbburst": ver
 with open(os.path.join(BASE, "image.json"), "w") as f:
     json.dump(info, f, indent=1, sort_keys=True)
 say(f"baked: Python {info['python']}, nbburst {version}, {len(pins) + len(lines)} packages, in {venv}")
-'''
+'''.replace("__METADATA__", METADATA_PY.strip("\n"))
 
 # Runs with the image's Python (argv: BASE): the venv, as the job's bootstrap would make it (it also sees the
 # image's site-packages). Kept when it exists (a base image baked before: the build updates it).

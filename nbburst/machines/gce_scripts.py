@@ -33,6 +33,25 @@ from __future__ import annotations
 
 # The bootstrap runs with the image's python3 before nbburst is installed: standard library and
 # google-cloud-storage only. argv: BASE folder. Exit status 0 = the venv has the job's wheel.
+# The metadata server, read from a script on the VM before nbburst is installed there (retries: the
+# server may not answer in the first seconds of a boot). Shared by every script that runs on a VM.
+METADATA_PY = r'''
+def md(path, default=None):
+    host = os.environ.get("GCE_METADATA_HOST") or "metadata.google.internal"
+    req = urllib.request.Request(f"http://{host}/computeMetadata/v1/{path}", headers={"Metadata-Flavor": "Google"})
+    for _ in range(30):
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return default
+        except OSError:
+            pass
+        time.sleep(1)
+    return default
+'''
+
 BOOTSTRAP = r'''
 import hashlib, hmac, json, os, subprocess, sys, time, urllib.error, urllib.request
 
@@ -48,20 +67,7 @@ def die(msg):
     sys.exit(1)
 
 
-def md(path, default=None):
-    host = os.environ.get("GCE_METADATA_HOST") or "metadata.google.internal"
-    req = urllib.request.Request(f"http://{host}/computeMetadata/v1/{path}", headers={"Metadata-Flavor": "Google"})
-    for _ in range(30):
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                return resp.read().decode()
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return default
-        except OSError:
-            pass
-        time.sleep(1)
-    return default
+__METADATA__
 
 
 url = md("instance/attributes/nbburst-job-url")
@@ -142,7 +148,7 @@ if pip.returncode:
 with open(marker, "w") as f:
     f.write(wheel["sha256"])
 say(f"nbburst {manifest['version']} installed")
-'''
+'''.replace("__METADATA__", METADATA_PY.strip("\n"))
 
 STARTUP = r"""#!/bin/bash
 # nbburst: startup script of a job's VM. Runs on every boot; see nbburst/machines/gce_scripts.py.
