@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .env import normalise
 from .job import JobLayout, blob_key
 from .store import AlreadyExists, Store
 
@@ -51,10 +52,6 @@ INFRASTRUCTURE = frozenset({
     "ipywidgets", "widgetsnbextension", "jupyterlab-widgets", "pytest", "pluggy", "iniconfig",
     "matplotlib-inline", "prompt-toolkit", "pexpect", "ptyprocess", "wcwidth", "decorator", "jedi", "parso",
 })
-
-
-def _normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _package_files(root: Path) -> list[Path]:
@@ -185,18 +182,18 @@ def _paths_fingerprint() -> tuple:
 @functools.lru_cache(maxsize=2)
 def _index(_fingerprint: tuple) -> tuple[dict[str, list[str]], dict[str, tuple[str, list[str], bool]]]:
     """(top-level module -> distributions, distribution -> (version, dependencies, installed locally))."""
-    mapping = {top: [_normalise(d) for d in dists] for top, dists in metadata.packages_distributions().items()}
+    mapping = {top: [normalise(d) for d in dists] for top, dists in metadata.packages_distributions().items()}
     installed: dict[str, tuple[str, list[str], bool]] = {}
     for dist in metadata.distributions():
         name = dist.metadata.get("Name")
-        if not name or _normalise(name) in installed:
+        if not name or normalise(name) in installed:
             continue
         deps = []
         for req in dist.requires or []:
             m = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
             if m and "extra ==" not in req:
-                deps.append(_normalise(m.group(1)))
-        installed[_normalise(name)] = (dist.version, deps, _local_install(dist))
+                deps.append(normalise(m.group(1)))
+        installed[normalise(name)] = (dist.version, deps, _local_install(dist))
     return mapping, installed
 
 

@@ -8,20 +8,27 @@ from __future__ import annotations
 
 import functools
 import platform
+import re
 import sys
 from typing import Any
 
 
-@functools.lru_cache(maxsize=1)
-def manifest() -> dict[str, Any]:
-    """Python version, platform and every installed distribution (computed once per process)."""
+def installed() -> dict[str, str]:
+    """Normalised name -> version of every distribution installed now (read afresh each call)."""
     from importlib import metadata
 
     packages: dict[str, str] = {}
     for dist in metadata.distributions():
         name = dist.metadata.get("Name")
         if name:
-            packages.setdefault(_normalise(name), dist.version)
+            packages.setdefault(normalise(name), dist.version)
+    return packages
+
+
+@functools.lru_cache(maxsize=1)
+def manifest() -> dict[str, Any]:
+    """Python version, platform and every installed distribution (computed once per process)."""
+    packages = installed()
     return {
         "python": platform.python_version(),
         "implementation": sys.implementation.name,
@@ -31,8 +38,9 @@ def manifest() -> dict[str, Any]:
     }
 
 
-def _normalise(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
+def normalise(name: str) -> str:
+    """A distribution name as pip compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def python_mismatch(wanted: dict[str, Any]) -> str | None:
@@ -50,8 +58,7 @@ def python_mismatch(wanted: dict[str, Any]) -> str | None:
     return None
 
 
-def package_differences(wanted: dict[str, Any], have: dict[str, Any] | None = None) -> dict[str, str]:
-    """Distributions whose version differs or that are missing: name -> wanted version."""
-    have_pkgs = (have or manifest())["packages"]
-    return {name: version for name, version in wanted.get("packages", {}).items()
-            if have_pkgs.get(name) != version}
+def package_differences(wanted: dict[str, str], have: dict[str, str] | None = None) -> dict[str, str]:
+    """Distributions whose version differs here or that are missing: name -> wanted version."""
+    have = installed() if have is None else have
+    return {name: version for name, version in sorted(wanted.items()) if have.get(normalise(name)) != version}

@@ -19,10 +19,11 @@ import os
 import subprocess
 import sys
 import time
-from importlib import invalidate_caches, metadata
+from importlib import invalidate_caches
 from typing import TYPE_CHECKING
 
-from ..dist import MANIFEST, _normalise, verify_manifest
+from ..dist import MANIFEST, verify_manifest
+from ..env import package_differences
 from ..store import NotFound
 
 if TYPE_CHECKING:
@@ -31,20 +32,6 @@ if TYPE_CHECKING:
 #: Set in the environment of the restarted agent, so a package that will not install is tried once.
 ENV_SYNCED = "NBBURST_ENV_SYNCED"
 PIP_TIMEOUT_S = 1800
-
-
-def installed() -> dict[str, str]:
-    out: dict[str, str] = {}
-    for dist in metadata.distributions():
-        name = dist.metadata.get("Name")
-        if name:
-            out.setdefault(_normalise(name), dist.version)
-    return out
-
-
-def differences(wanted: dict[str, str], have: dict[str, str] | None = None) -> dict[str, str]:
-    have = installed() if have is None else have
-    return {name: version for name, version in sorted(wanted.items()) if have.get(_normalise(name)) != version}
 
 
 def pip_command(packages: dict[str, str]) -> list[str]:
@@ -67,7 +54,7 @@ def sync(agent: Agent) -> None:
         agent.shipper.event("nbburst: dist/manifest.json failed its signature check; no packages installed")
         return
     wanted = manifest.get("requirements") or {}
-    todo = differences(wanted)
+    todo = package_differences(wanted)
     _timing(f"checked {len(wanted)} packages, {len(todo)} differ", t0)
     if not todo:
         return

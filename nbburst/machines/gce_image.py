@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import __version__, config, dist, env
 from ..durations import format_duration, parse_duration
+from ..env import normalise
 from ..errors import BurstError, UsageError
 from ..job import Resources, blob_key
 from .gce import _label, console_tail
@@ -124,14 +125,14 @@ def _installed() -> dict[str, tuple[str, list[str], str | None]]:
     out: dict[str, tuple[str, list[str], str | None]] = {}
     for d in metadata.distributions():
         name = d.metadata.get("Name")
-        if not name or dist._normalise(name) in out:
+        if not name or normalise(name) in out:
             continue
         deps = []
         for req in d.requires or []:
             m = _REQ_NAME.match(req)
             if m and "extra ==" not in req:
-                deps.append(dist._normalise(m.group(1)))
-        out[dist._normalise(name)] = (d.version, deps, _not_from_an_index(d))
+                deps.append(normalise(m.group(1)))
+        out[normalise(name)] = (d.version, deps, _not_from_an_index(d))
     return out
 
 
@@ -181,12 +182,12 @@ def packages_to_bake(requirements_file: str | None = None
     skipped: dict[str, str] = {}
     if requirements_file:
         lines = read_requirements(requirements_file)
-        named = {dist._normalise(m.group(1)) for line in lines if not line.startswith("-")
+        named = {normalise(m.group(1)) for line in lines if not line.startswith("-")
                  for m in [_REQ_NAME.match(line)] if m}
         return {n: v for n, v in deps.items() if n not in named}, lines, skipped
     pins: dict[str, str] = {}
     for name, version in env.manifest()["packages"].items():
-        name = dist._normalise(name)
+        name = normalise(name)
         why = installed.get(name, ("", [], None))[2]
         if name == "nbburst":
             continue  # it comes as its wheel
