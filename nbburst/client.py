@@ -22,6 +22,7 @@ from .capture import Capture, unpicklable_message
 from .env import manifest
 from .errors import CaptureError, JobCancelled, JobFailed, JobNotFound, RemoteError, UsageError
 from .job import (
+    BLOBS_PREFIX,
     DESCRIBE_SECONDS,
     QUICK_STALE_SECONDS,
     STALE_AFTER_SECONDS,
@@ -192,16 +193,11 @@ def _check_files(paths: list[str]) -> dict[str, Path]:
 
 
 def upload_blob(store: Store, enc: payload.Encoded) -> str:
-    """Upload ``enc`` as a content-addressed blob unless the Store already has it."""
+    """Upload ``enc`` as a content-addressed blob unless the Store already has it; returns its address."""
     fp = payload.fingerprint(enc.parts)
     address = _ADDRESS_CACHE.get((store.url, fp))
-    if address is None:
-        address = payload.digest(enc.parts)
-    if not store.exists(blob_key(address)):
-        try:
-            store.put_chunks(blob_key(address), enc.chunks(), create=True)
-        except AlreadyExists:
-            pass  # uploaded concurrently by another job: same bytes
+    if address is None or not store.exists(blob_key(address)):
+        address = store.put_addressed(BLOBS_PREFIX, enc.chunks, lambda: payload.digest(enc.parts))
     _ADDRESS_CACHE[(store.url, fp)] = address
     return address
 

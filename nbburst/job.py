@@ -100,8 +100,11 @@ class JobLayout:
         return self.key(f"logs/{attempt:04d}/")
 
 
+BLOBS_PREFIX = "blobs/"
+
+
 def blob_key(digest: str) -> str:
-    return f"blobs/{digest}"
+    return BLOBS_PREFIX + digest
 
 
 def jobs_prefix() -> str:

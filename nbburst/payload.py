@@ -47,7 +47,7 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
-def _map(fn, chunks: list[memoryview]) -> list[bytes]:
+def _map(fn, chunks: list) -> list[bytes]:
     return [fn(c) for c in chunks] if len(chunks) == 1 else list(_pool().map(fn, chunks))
 
 
@@ -138,38 +138,41 @@ def decode(data: bytes | bytearray | memoryview) -> Any:
     return pickle.loads(body, buffers=buffers)
 
 
-def _ranges(total: int) -> list[tuple[int, int]]:
-    return [(i, min(total, i + TREE_CHUNK)) for i in range(0, max(total, 1), TREE_CHUNK)]
+def _bytes_view(part: memoryview) -> memoryview:
+    return part if part.format == "B" and part.ndim == 1 else part.cast("B")
 
 
-def _flat(parts: list[memoryview]) -> Iterator[memoryview]:
-    """The parts cut at TREE_CHUNK boundaries of the concatenated stream."""
-    offset = 0
-    pending: list[memoryview] = []
-    pending_len = 0
-    for part in parts:
-        part = part.cast("B") if part.format != "B" or part.ndim != 1 else part
+def _tree_chunks(parts: list[memoryview]) -> list[list[memoryview]]:
+    """The concatenated stream cut at TREE_CHUNK boundaries, each chunk as the pieces it spans (no copies)."""
+    chunks: list[list[memoryview]] = [[]]
+    filled = 0
+    for part in map(_bytes_view, parts):
         i = 0
         while i < part.nbytes:
-            take = min(part.nbytes - i, TREE_CHUNK - pending_len)
-            pending.append(part[i:i + take])
-            pending_len += take
+            if filled == TREE_CHUNK:
+                chunks.append([])
+                filled = 0
+            take = min(part.nbytes - i, TREE_CHUNK - filled)
+            chunks[-1].append(part[i:i + take])
+            filled += take
             i += take
-            if pending_len == TREE_CHUNK:
-                yield _join(pending)
-                offset += pending_len
-                pending, pending_len = [], 0
-    if pending or offset == 0:
-        yield _join(pending)
+    return chunks
 
 
-def _join(views: list[memoryview]) -> memoryview:
-    return views[0] if len(views) == 1 else memoryview(b"".join(views))
+def _sha256_of(pieces: list[memoryview]) -> bytes:
+    h = hashlib.sha256()
+    for piece in pieces:
+        h.update(piece)
+    return h.digest()
 
 
 def digest(parts: list[memoryview]) -> str:
-    """SHA-256 tree hash: sha256 over the sha256 of each 64 MiB chunk."""
-    leaves = _map(lambda c: hashlib.sha256(c).digest(), list(_flat(parts)))
+    """SHA-256 tree hash: sha256 over the sha256 of each 64 MiB chunk of the concatenated bytes.
+
+    It depends only on the bytes, not on how they are split into parts, so the
+    machine can check a blob it reads back as one buffer.
+    """
+    leaves = _map(_sha256_of, _tree_chunks(parts))
     return hashlib.sha256(b"".join(leaves)).hexdigest()
 
 
@@ -178,8 +181,15 @@ def digest_bytes(data: bytes | bytearray | memoryview) -> str:
 
 
 def fingerprint(parts: list[memoryview]) -> str:
-    """Fast fingerprint of the exact bytes (xxh3-128 over chunks, all cores)."""
+    """Fast fingerprint of the exact parts (xxh3-128 over 64 MiB slices of each part, all cores).
+
+    Unlike :func:`digest` it hashes each part on its own (no joining), so the
+    same bytes split differently fingerprint differently: that only costs a
+    cache miss, never a wrong address.
+    """
     import xxhash
 
-    leaves = _map(xxhash.xxh3_128_digest, list(_flat(parts)))
-    return xxhash.xxh3_128_hexdigest(b"".join(leaves))
+    slices = [[p[i:i + TREE_CHUNK]] for p in map(_bytes_view, parts) for i in range(0, max(p.nbytes, 1), TREE_CHUNK)]
+    leaves = _map(lambda pieces: xxhash.xxh3_128_digest(pieces[0]), slices)
+    sizes = b"".join(p.nbytes.to_bytes(8, "little") for p in parts)
+    return xxhash.xxh3_128_hexdigest(b"".join(leaves) + sizes)

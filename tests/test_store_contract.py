@@ -424,3 +424,21 @@ def test_emulator_stop_leaves_no_process() -> None:
         assert process.returncode is not None
         with pytest.raises(ProcessLookupError):
             os.kill(process.pid, 0)
+
+
+def test_put_addressed_stores_once_under_its_address(store: Store) -> None:
+    import hashlib
+
+    data = b"content-addressed " * 1000
+    address = hashlib.sha256(data).hexdigest()
+    calls = []
+
+    def chunks():
+        calls.append(1)
+        return [data[:100], data[100:]]
+
+    assert store.put_addressed("blobs/", chunks, lambda: address) == address
+    assert store.get("blobs/" + address) == data
+    assert store.put_addressed("blobs/", chunks, lambda: address) == address  # already there: kept as it is
+    assert store.get("blobs/" + address) == data
+    assert store.list("blobs/") == ["blobs/" + address]  # no staging leftovers

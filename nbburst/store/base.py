@@ -14,7 +14,7 @@ gives the same guarantees, which the job protocol relies on:
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 
@@ -86,6 +86,22 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def delete(self, key: str) -> None:
         """Delete ``key``; deleting a missing key is not an error."""
+
+    def put_addressed(self, prefix: str, chunks: Callable[[], Iterable[bytes | memoryview]],
+                      address: Callable[[], str]) -> str:
+        """Store content under ``prefix + address()`` unless it is there already; returns the address.
+
+        Content addressing makes a second copy pointless, so a remote store
+        hashes first: an existence check costs far less than an upload.
+        Adapters with cheap writes may hash and write at the same time.
+        """
+        addr = address()
+        if not self.exists(prefix + addr):
+            try:
+                self.put_chunks(prefix + addr, chunks(), create=True)
+            except AlreadyExists:
+                pass  # written meanwhile by someone else: the same bytes
+        return addr
 
     def put_file(self, key: str, path: str | Path, *, create: bool = False) -> None:
         """Upload a local file (streamed)."""
