@@ -38,7 +38,6 @@ from .job import JobLayout, blob_key
 from .store import AlreadyExists, Store
 
 #: The manifest of a job's machine software, relative to the job folder.
-MANIFEST = "dist/manifest.json"
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 _SKIP_DIRS = {"__pycache__", "labextension", ".pytest_cache"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")
@@ -221,7 +220,7 @@ def publish(store: Store, layout: JobLayout, key: bytes, requirements_: dict[str
     """Upload the wheel (once per Store) and write the job's signed ``dist/manifest.json``.
 
     Keeps an existing manifest (a relaunch must install what the first attempt did)."""
-    existing = layout.key(MANIFEST)
+    existing = layout.dist_manifest
     if store.exists(existing):
         return json.loads(store.get(existing))
     file_name, data = wheel()

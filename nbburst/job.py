@@ -77,6 +77,7 @@ class JobLayout:
     inputs = property(lambda self: self.key("inputs.json"))
     env = property(lambda self: self.key("env.json"))
     dist = property(lambda self: self.key("dist/"))
+    dist_manifest = property(lambda self: self.key("dist/manifest.json"))
     result = property(lambda self: self.key("result.pkl"))
     error = property(lambda self: self.key("error.pkl"))
     terminal = property(lambda self: self.key("terminal.json"))

@@ -7,13 +7,14 @@ before anything else is loaded.
 from __future__ import annotations
 
 import os
-import urllib.request
 
 METADATA_URL = "http://metadata.google.internal/computeMetadata/v1/"
 
 
 def metadata(path: str, timeout: float = 0.5) -> str | None:
     """A value from the metadata server, or None off Google Cloud (one short try)."""
+    import urllib.request  # only needed on Compute Engine: keep the agent's start light elsewhere
+
     host = os.environ.get("GCE_METADATA_HOST")
     base = f"http://{host}/computeMetadata/v1/" if host else METADATA_URL
     req = urllib.request.Request(base + path, headers={"Metadata-Flavor": "Google"})

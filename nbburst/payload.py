@@ -22,9 +22,11 @@ import sys
 import sysconfig
 import types
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 MAGIC = b"NBBLOB1\n"
 TREE_CHUNK = 64 << 20
@@ -34,6 +36,8 @@ _POOL: ThreadPoolExecutor | None = None
 def _pool() -> ThreadPoolExecutor:
     global _POOL
     if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor  # not needed by the agent for small jobs
+
         _POOL = ThreadPoolExecutor(max(2, os.cpu_count() or 2), thread_name_prefix="nbburst-hash")
     return _POOL
 

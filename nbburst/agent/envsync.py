@@ -22,7 +22,7 @@ import time
 from importlib import invalidate_caches
 from typing import TYPE_CHECKING
 
-from ..dist import MANIFEST, verify_manifest
+from ..dist import verify_manifest
 from ..env import package_differences
 from ..store import NotFound
 
@@ -47,7 +47,7 @@ def sync(agent: Agent) -> None:
     """Install what differs, then restart the agent process (this call then does not return)."""
     t0 = time.time()
     try:
-        manifest = json.loads(agent.store.get(agent.layout.key(MANIFEST)))
+        manifest = json.loads(agent.store.get(agent.layout.dist_manifest))
     except NotFound:
         return  # no manifest: the machine shares the notebook's environment
     if not verify_manifest(agent.ident.key, manifest):

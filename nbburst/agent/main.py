@@ -169,9 +169,10 @@ class Agent:
             self.shipper.event(f"nbburst: refusing to run: {problem}")
             self.shipper.flush()
             return self.commit_terminal(State.FAILED, problem)
-        from .envsync import sync
+        if self.store.exists(self.layout.dist_manifest):  # a machine with an environment of its own
+            from .envsync import sync
 
-        sync(self)  # installs the notebook's versions of packages that differ (and then restarts this agent)
+            sync(self)  # installs the notebook's versions of packages that differ (and then restarts this agent)
         if self.store.exists(self.layout.cancel):
             return self.commit_terminal(State.CANCELLED, "cancelled before it started")
         if self.store.exists(self.layout.result):  # an earlier attempt finished; its machine died before saying so

@@ -29,8 +29,6 @@ import signal
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -218,6 +216,9 @@ class MetadataWatcher:
             self.on_migrate("the VM is about to be live-migrated for host maintenance")
 
     def _get(self, path: str, etag: str | None) -> tuple[int, str, str | None]:
+        import urllib.error
+        import urllib.request  # only on Compute Engine: the local agent starts without it
+
         query = "" if etag is None else f"?wait_for_change=true&last_etag={etag}&timeout_sec={WAIT_SECONDS}"
         req = urllib.request.Request(self.base + path + query, headers={"Metadata-Flavor": "Google"})
         try:

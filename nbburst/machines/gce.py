@@ -676,7 +676,7 @@ class GCEMachines(Machines):
     def _publish(self, spec: JobSpec, job_url: str, key: bytes) -> None:
         root, _, job_id = job_url.rstrip("/").rpartition("/jobs/")
         store, layout = self._store(root), JobLayout(job_id)
-        if store.exists(layout.key(dist.MANIFEST)):
+        if store.exists(layout.dist_manifest):
             return
         code = store.get(layout.code).decode(errors="replace") if spec.kind == "cell" else ""
         try:

@@ -20,7 +20,7 @@ class LocalStore(Store):
     the target, which fails if the target exists, so exactly one writer wins.
     """
 
-    min_poll_seconds = 0.02  # a stat is cheap
+    min_poll_seconds = 0.01  # a stat is cheap
 
     def __init__(self, url: str | os.PathLike[str]):
         text = os.fspath(url)
