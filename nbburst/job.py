@@ -76,18 +76,15 @@ class JobLayout:
     code = property(lambda self: self.key("code.py"))
     inputs = property(lambda self: self.key("inputs.json"))
     env = property(lambda self: self.key("env.json"))
-    dist = property(lambda self: self.key("dist/"))
     dist_manifest = property(lambda self: self.key("dist/manifest.json"))
     result = property(lambda self: self.key("result.pkl"))
     error = property(lambda self: self.key("error.pkl"))
     terminal = property(lambda self: self.key("terminal.json"))
     cancel = property(lambda self: self.key("cancel.json"))
-    lease = property(lambda self: self.key("lease.json"))
     lease_prefix = property(lambda self: self.key("lease/"))  # lease/<n>.json: the supervisor's lease (supervisor.py)
     relaunch = property(lambda self: self.key("relaunch.json"))  # the supervisor's retry state and history
     files = property(lambda self: self.key("files.json"))
     checkpoints = property(lambda self: self.key("checkpoints/"))
-    outputs = property(lambda self: self.key("outputs/"))
     status_prefix = property(lambda self: self.key("status/"))
     logs_prefix = property(lambda self: self.key("logs/"))
 
