@@ -465,6 +465,7 @@ class Job:
     # -- results --------------------------------------------------------------------------
     def outcome(self) -> CellResult:
         """The cell's result, or raise its exception; the job must have ended."""
+        __tracebackhide__ = True
         state = self.state
         if state == State.SUCCEEDED:
             data = signing.verify(self.key(), self.store.get(self.layout.result), f"result of job {self.id}")

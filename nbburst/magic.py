@@ -18,9 +18,8 @@ from IPython.display import publish_display_data
 
 from . import config
 from .capture import capture
-from .client import Burst, Job, raise_remote
+from .client import Burst, Job
 from .errors import UsageError
-from .job import State
 from .ui.tables import RECENT_JOBS, ConfigTable, JobsTable, select_infos
 
 
@@ -143,10 +142,10 @@ class BurstMagics(Magics):
         try:
             view = self._view(job)
             if view is None:
-                state = job.wait(on_record=render_record)
+                job.wait(on_record=render_record)
             else:
                 view.start("blocking")
-                state = job.wait(on_record=on_record, tail=view.tail)
+                job.wait(on_record=on_record, tail=view.tail)
         except KeyboardInterrupt:
             message = (f"nbburst: detached from job {job.name} ({job.id}); it keeps running. "
                        f"`%burst attach {job.name}` brings its outputs in, `%burst cancel {job.name}` stops it.")
@@ -160,9 +159,7 @@ class BurstMagics(Magics):
             raise
         if view is not None:
             view.finish()
-        if state == State.FAILED and job.store.exists(job.layout.error):
-            raise_remote(job.remote_error())
-        outcome = job.outcome()
+        outcome = job.outcome()  # raises the cell's own exception, or why the job ended without a result
         for warning in outcome.warnings:
             print(f"nbburst: {warning}", file=sys.stderr)
         self.shell.user_ns.update(outcome.values)
