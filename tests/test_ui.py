@@ -223,3 +223,27 @@ def test_tqdm_in_the_cell_reports_progress(monkeypatch):
     assert seen[0] == (0, 30, "outer") and seen[-1] == (30, 30, "outer")
     assert all(desc == "outer" for _, _, desc in seen)  # nested bars do not fight over the bar
     assert len(seen) < 10  # throttled, not one report per iteration
+
+
+def test_view_shows_the_machine_console_while_it_boots(burst_env, monkeypatch):
+    """A machine that is slow or failing to boot shows its console (the serial port on Compute Engine)."""
+    from nbburst.client import Burst
+    from nbburst.machines.local import LocalMachines
+    from nbburst.ui.view import JobView
+
+    monkeypatch.setattr(LocalMachines, "launch", lambda self, *a, **k: "held")  # the machine never starts
+    burst = Burst()
+    job = burst.submit(print, "never runs")
+    console = LocalMachines(burst.settings).console_path(f"nbburst-{job.id}")
+    console.parent.mkdir(parents=True, exist_ok=True)
+    console.write_text("".join(f"boot step {i}\n" for i in range(30)) + "\x1b[31mpip: no matching version\x1b[0m\n")
+    view = JobView(job)
+    view._tick(force_info=True)
+    assert job.state.value == "PROVISIONING"
+    shown = view.console_html.value
+    assert view.console_html.layout.display is None
+    assert "pip: no matching version" in shown and "boot step 29" in shown
+    assert "boot step 5" not in shown and "\x1b[" not in shown  # the tail only, without terminal colours
+    job.cancel(wait_s=0)
+    view._tick(force_info=True)
+    assert view.console_html.layout.display == "none"  # once the job has a verdict, the boot log goes

@@ -47,6 +47,8 @@ TICK_SECONDS = 0.25  # widget refresh
 INFO_SECONDS = 1.0  # status/cost reads from the Store
 FULL_LOG_SECONDS = 2.0  # the full-log Output resends all its outputs on every append: batch them
 TAIL_LINES = 12
+CONSOLE_SECONDS = 3.0  # serial-port reads while a machine boots (a Compute Engine API call each)
+CONSOLE_LINES = 10
 FULL_LOG_LIMIT = 256 * 1024  # characters kept in the full-log widget; `%burst logs` has everything
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _SYMBOLS = {"SUCCEEDED": "✔", "FAILED": "✖", "CANCELLED": "■"}
@@ -79,7 +81,8 @@ class JobView:
         self._thread: threading.Thread | None = None
         self._done = False
         self._cancelling = False
-        self._last_tail = self._last_status = ""
+        self._last_tail = self._last_status = self._last_console = ""
+        self._console_mono = -CONSOLE_SECONDS
         self.error: BaseException | None = None
         self._handle: Any = None
 
@@ -90,6 +93,8 @@ class JobView:
         self.bar_label = w.HTML("", _dom_classes=_classes("nbburst-progress-label"))
         self.progress_box = w.HBox([self.bar, self.bar_label], layout=w.Layout(display="none"))
         self.tail_html = w.HTML("", _dom_classes=_classes("nbburst-tail"))
+        # While the machine boots, its console (serial port) is the only sign of life, or of trouble.
+        self.console_html = w.HTML("", _dom_classes=_classes("nbburst-console"), layout=w.Layout(display="none"))
         self.full_log = w.Output(_dom_classes=_classes("nbburst-log"),
                                  layout=w.Layout(max_height="24em", overflow="auto"))
         self.log_box = w.Accordion(children=[self.full_log], titles=("Full log",), selected_index=None)
@@ -103,7 +108,8 @@ class JobView:
         self.buttons = w.HBox([self.cancel_button, self.detach_button])
         self.note = w.HTML("", _dom_classes=_classes("nbburst-note"))
         self.summary = w.HTML("", _dom_classes=_classes("nbburst-summary"), layout=w.Layout(display="none"))
-        self.widget = w.VBox([self.header, self.status, self.progress_box, self.tail_html, self.log_box,
+        self.widget = w.VBox([self.header, self.status, self.progress_box, self.console_html, self.tail_html,
+                              self.log_box,
                               self.buttons, self.note, self.summary], _dom_classes=_classes("nbburst-view"),
                              layout=w.Layout(border="1px solid #d1d5db", padding="4px 8px"))
         self.cancel_button.on_click(lambda _b: self.cancel())
@@ -231,6 +237,7 @@ class JobView:
                 except Exception:
                     pass
             self._info, self._info_wall, self._info_mono = self.job.info(), time.time(), now
+        self._render_console(now)
         self._render_logs(force=force_info)
         self._render_status()
 
@@ -269,6 +276,22 @@ class JobView:
         if value != self._last_status:
             self.status.value = self._last_status = value
         self._render_progress(i.get("progress"))
+
+    def _render_console(self, now: float) -> None:
+        """The tail of the machine's console while it provisions; hidden once the agent reports."""
+        if self._info["state"] != "PROVISIONING":
+            self.console_html.layout.display = "none"
+            return
+        if now - self._console_mono < CONSOLE_SECONDS:
+            return
+        self._console_mono = now
+        lines = _ANSI.sub("", self.job.console()).rstrip().splitlines()[-CONSOLE_LINES:]
+        value = "\n".join(lines)
+        if value and value != self._last_console:
+            self._last_console = value
+            self.console_html.value = ("<div style='color:#6b7280'>machine console (booting):</div>"
+                                       f"<pre style='margin:0;font-size:85%'>{html.escape(value)}</pre>")
+            self.console_html.layout.display = None
 
     def _render_progress(self, progress: dict[str, Any] | None) -> None:
         if not progress or progress.get("done") is None:
