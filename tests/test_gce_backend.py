@@ -18,6 +18,7 @@ import psutil
 import pytest
 from nbrun import error, run, stream
 from support import wait_until
+from test_compute_emulator import PROJECT, ZONE, instance
 
 from nbburst.client import Burst
 from nbburst.errors import UsageError
@@ -34,8 +35,6 @@ def gce_env(emulator_env, tmp_path, monkeypatch):
     monkeypatch.setenv("NBBURST_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.delenv("NBBURST_TIMEOUT", raising=False)
     return emulator_env
-
-
 
 
 def inserts(emu) -> list[dict]:
@@ -346,3 +345,54 @@ def test_shutdown_script_marks_a_silent_attempt_preempted(tmp_path, monkeypatch)
         assert marked.state == State.PREEMPTED and marked.message == "the VM was preempted"
         store.create(layout.terminal, Terminal(State.SUCCEEDED).to_json())
         assert mark_shutdown(wait_s=0) == "the job has ended"
+
+
+def test_gc_deletes_orphaned_vms_and_keeps_live_jobs(gce_env, compute_emulator):
+    """`nbburst gc` finds VMs carrying our labels whose job is unknown or ended, and only those."""
+    import os
+    import subprocess
+    import sys
+
+    from google.cloud import compute_v1
+
+    from nbburst import config
+
+    burst = Burst()
+    owner = config.owner(burst.settings)
+    finished = submit(burst, time.sleep, 0)
+    assert finished.result(timeout=120) is None
+    alive = submit(burst, time.sleep, 300)
+    wait_until(lambda: alive.state == State.RUNNING, 120, what="the live job to run")
+    vms = compute_emulator.client(compute_v1.InstancesClient)
+    ops = compute_emulator.client(compute_v1.ZoneOperationsClient)
+    sleeper = "exec sleep 300"
+    leftovers = {
+        "nbburst-orphan": {"nbburst": "1", "nbburst-job": "b20260101-000000-0rphan", "nbburst-owner": owner},
+        "nbburst-leftover": {"nbburst": "1", "nbburst-job": finished.id, "nbburst-owner": owner},
+        "someone-elses": {"nbburst": "1", "nbburst-job": "b20260101-000000-0ther0", "nbburst-owner": "someone"},
+        "not-ours": {"team": "data"},
+    }
+    for name, labels in leftovers.items():
+        op = vms.insert(project=PROJECT, zone=ZONE, instance_resource=instance(name, startup=sleeper, labels=labels))
+        ops.wait(project=PROJECT, zone=ZONE, operation=op.name)
+
+    def gc(*flags):
+        proc = subprocess.run([sys.executable, "-m", "nbburst.cli", "gc", "--backend", "gce", *flags],
+                              capture_output=True, text=True, timeout=120, env=dict(os.environ))
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    try:
+        dry = gc("--dry-run")
+        assert "would delete machine nbburst-orphan (gce): its job is unknown" in dry
+        assert "would delete machine nbburst-leftover (gce): its job ended (SUCCEEDED)" in dry
+        assert "someone-elses" not in dry and "not-ours" not in dry and machine_name(alive.id) not in dry
+        assert {"nbburst-orphan", "nbburst-leftover"} <= {i["name"] for i in compute_emulator.instances()}
+
+        gc()
+        names = {i["name"] for i in compute_emulator.instances()}
+        assert "nbburst-orphan" not in names and "nbburst-leftover" not in names
+        assert {"someone-elses", "not-ours", machine_name(alive.id)} <= names
+        assert alive.state == State.RUNNING
+    finally:
+        alive.cancel()
