@@ -222,7 +222,6 @@ class Terminal(_StateRecord):
 #   {"t": 1.0, "s": "stdout"|"stderr", "x": "text"}
 #   {"t": 1.0, "s": "display", "data": {mime: ...}, "metadata": {...}}
 #   {"t": 1.0, "s": "event", "x": "attempt 2 started on ..."}
-LOG_STREAMS = ("stdout", "stderr", "display", "event")
 
 
 def encode_records(records: list[dict[str, Any]]) -> bytes:
@@ -239,4 +238,3 @@ ENV_JOB_KEY = "NBBURST_JOB_KEY"
 ENV_MACHINE = "NBBURST_MACHINE"
 ENV_ATTEMPT = "NBBURST_ATTEMPT"
 ENV_CPUS = "NBBURST_CPUS"
-ENV_WORKDIR = "NBBURST_WORKDIR"

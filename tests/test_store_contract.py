@@ -102,8 +102,6 @@ def test_missing_key(store: Store) -> None:
         store.get("nope/missing")
     with pytest.raises(NotFound):
         store.size("nope/missing")
-    with pytest.raises(NotFound):
-        store.get_range("nope/missing", 0, 10)
     assert not store.exists("nope/missing")
 
 
@@ -112,17 +110,6 @@ def test_exists_and_size(store: Store) -> None:
     assert store.exists("a/b/c")
     assert not store.exists("a/b")  # a "folder" is not a key
     assert store.size("a/b/c") == 5
-
-
-def test_get_range(store: Store) -> None:
-    store.put("log", b"0123456789")
-    assert store.get_range("log", 0, 4) == b"0123"
-    assert store.get_range("log", 3, 7) == b"3456"
-    assert store.get_range("log", 7) == b"789"
-    assert store.get_range("log", 8, 100) == b"89"
-    assert store.get_range("log", 5, 5) == b""
-    assert store.get_range("log", 10) == b""  # at the end: nothing new yet (tailing)
-    assert store.get_range("log", 42) == b""
 
 
 def test_get_file_replaces_atomically(store: Store, tmp_path: Path) -> None:
@@ -322,9 +309,6 @@ def test_large_streamed_round_trip(
         store.get_file(key, out)
         assert hashlib.sha256(out.read_bytes()).hexdigest() == digest
     assert hashlib.sha256(store.get("big/chunks")).hexdigest() == digest
-    middle = 16 * MiB - 5
-    assert store.get_range("big/file", middle, middle + 10) == data[middle:middle + 10]
-    assert store.get_range("big/file", len(data) - 3) == data[-3:]
     if backend == "gcs":
         assert single_request_sizes == []
 

@@ -185,7 +185,6 @@ class Syncer:
         self.files_seen: dict[str, tuple[int, int]] = dict(self.files_up)
         self.tasks_up: set[str] = {name for name in _names(root / "tasks") if name.endswith(".pkl")}
         self.batch_seq = 0
-        self.uploads = 0  # objects written to the Store (for tests and the benchmark)
 
     # -- thread -------------------------------------------------------------------------------
     def start(self) -> Syncer:
@@ -238,10 +237,8 @@ class Syncer:
         for rel in sorted(wanted - self.state_up):
             self.store.put_file(self.keys.state_object(rel), state / rel)  # already signed by the API
             self.state_up.add(rel)
-            self.uploads += 1
         self.store.put(self.keys.manifest, signing.sign(self.key, raw))
         self.manifest_up = raw
-        self.uploads += 1
         for rel in sorted(self.state_up - wanted):
             self.store.delete(self.keys.state_object(rel))
             self.state_up.discard(rel)
@@ -260,7 +257,6 @@ class Syncer:
             except FileNotFoundError:
                 continue
             self.files_up[rel] = st
-            self.uploads += 1
         for rel in sorted(set(self.files_up) - set(now)):
             self.store.delete(self.keys.file(rel))
             del self.files_up[rel]
@@ -286,7 +282,6 @@ class Syncer:
                         break
                     except AlreadyExists:
                         continue  # left by an earlier run of this attempt (a rebooted machine)
-                self.uploads += 1
             self.tasks_up.update(names)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .. import pricing
@@ -95,7 +95,6 @@ class Choice:
     price: pricing.Breakdown
     custom: bool = False
     reason: str = ""
-    runner_up: list[tuple[str, float]] = field(default_factory=list)
 
     @property
     def attached_gpu(self) -> bool:
@@ -249,7 +248,7 @@ def choose(resources: Resources, catalog: list[MachineType], zone: str, prices: 
     if defaults:
         reason += " [" + "; ".join(defaults) + "]"
     chosen_gpu = gpu or m.gpu
-    return Choice(m, chosen_gpu, gpu_count if gpu else m.gpu_count, b, custom, reason, others)
+    return Choice(m, chosen_gpu, gpu_count if gpu else m.gpu_count, b, custom, reason)
 
 
 def _check_gpu_fits(m: MachineType, gpu: str | None, count: int) -> None:

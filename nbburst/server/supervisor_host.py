@@ -27,7 +27,6 @@ class HostedSupervisor:
         self.log = log or logging.getLogger("nbburst.server")
         self.interval = interval
         self.alive = alive or (lambda: True)
-        self.passes = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._reported: dict[str, str] = {}  # job id ('' for the listing) -> last problem logged
@@ -90,7 +89,6 @@ class HostedSupervisor:
                 self._reported.pop(job.id, None)
             except Exception as exc:
                 self._report(job.id, f"job {job.id}: {type(exc).__name__}: {exc}")
-        self.passes += 1
         return relaunched
 
     def _report(self, key: str, message: str) -> None:

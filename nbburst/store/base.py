@@ -64,10 +64,6 @@ class Store(abc.ABC):
         """Return the bytes under ``key``; :class:`NotFound` if missing."""
 
     @abc.abstractmethod
-    def get_range(self, key: str, start: int, end: int | None = None) -> bytes:
-        """Return bytes ``[start, end)`` of an object (for tailing and big blobs)."""
-
-    @abc.abstractmethod
     def get_file(self, key: str, path: str | Path) -> None:
         """Download ``key`` into a local file (atomically replacing it)."""
 

@@ -333,29 +333,6 @@ class GCSStore(Store):
             except gexc.NotFound:
                 raise self._not_found(key) from None
 
-    def get_range(self, key: str, start: int, end: int | None = None) -> bytes:
-        if start < 0 or (end is not None and end < start):
-            raise ValueError(f"bad byte range [{start}, {end})")
-        if end is not None and end == start:
-            if not self.exists(key):
-                raise NotFound(f"{key} not found in {self.url}")
-            return b""
-        blob = self._blob(key)
-        with self._errors(f"reading {key}"):
-            try:
-                return blob.download_as_bytes(
-                    start=start,
-                    end=None if end is None else end - 1,  # the library's end is inclusive
-                    timeout=self.timeout,
-                    retry=self.retry,
-                )
-            except gexc.NotFound:
-                raise self._not_found(key) from None
-            except gexc.RequestRangeNotSatisfiable:  # start at or past the end of the object
-                if not self.exists(key):
-                    raise NotFound(f"{key} not found in {self.url}") from None
-                return b""
-
     def get_file(self, key: str, path: str | Path) -> None:
         blob = self._blob(key)
         path = Path(path)

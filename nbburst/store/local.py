@@ -110,14 +110,6 @@ class LocalStore(Store):
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise NotFound(f"{key} not found in {self.url}") from None
 
-    def get_range(self, key: str, start: int, end: int | None = None) -> bytes:
-        try:
-            with open(self._path(key), "rb") as f:
-                f.seek(start)
-                return f.read() if end is None else f.read(max(0, end - start))
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            raise NotFound(f"{key} not found in {self.url}") from None
-
     def get_file(self, key: str, path: str | Path) -> None:
         source = self._path(key)
         if not source.is_file():

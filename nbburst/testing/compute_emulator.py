@@ -115,9 +115,9 @@ class ComputeEmulator(LifecycleMixin):
 
     def stop(self) -> None:
         """Kill every instance process, close every server. Nothing survives it."""
-        if self._httpd is None or self._closing:
-            return
         with self._lock:
+            if self._httpd is None or self._closing:
+                return  # not started, or another thread (atexit, a test's teardown) is stopping it
             self._closing = True
             self._cond.notify_all()
             instances = list(self._instances.values())

@@ -110,15 +110,16 @@ class MetadataServer:
         return self
 
     def stop(self) -> None:
+        # Instance deletion and the emulator's own shutdown may both stop a server: one of them does it.
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
+            httpd, self._httpd = self._httpd, None
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()
             if self._thread:
                 self._thread.join(timeout=5)
-        self._httpd = None
 
     def __enter__(self) -> MetadataServer:
         return self.start()
