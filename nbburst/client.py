@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__, config, payload, pricing, signing
 from .capture import Capture, unpicklable_message
@@ -42,6 +42,9 @@ from .machines.base import GONE, STOPPED, machine_name
 from .options import Options
 from .outcome import read_error
 from .store import AlreadyExists, NotFound, Store, open_store
+
+if TYPE_CHECKING:
+    from .supervisor import Supervisor  # it imports this module: made lazily in Job.supervisor
 
 # fingerprint of exact bytes -> SHA-256 address, per store: saves re-hashing unchanged data.
 _ADDRESS_CACHE: dict[tuple[str, str], str] = {}
@@ -232,6 +235,9 @@ class Job:
         self.burst, self.id, self.store = burst, job_id, store
         self.layout = JobLayout(job_id)
         self._spec = spec
+        self._described: tuple[str, float, str] | None = None  # (machine, when, its state): describe() cache
+        self._cleaned_up = False
+        self._supervisor: Supervisor | None = None
 
     def __repr__(self) -> str:
         # No state here: a repr stays frozen in the notebook's Out while the job moves on.
@@ -316,10 +322,15 @@ class Job:
             return False
         return self._machine_state(status) in (GONE, STOPPED)
 
+    def machine_of(self, status: Status | None = None) -> str:
+        """The name of the machine of ``status``'s attempt (of the latest attempt by default)."""
+        status = status or self.latest_status()
+        return status.machine if status and status.machine else machine_name(self.id)
+
     def _machine_state(self, status: Status, max_age: float = DESCRIBE_SECONDS) -> str:
         """The machine's state, asked of the backend at most every ``max_age`` seconds."""
-        name = status.machine or machine_name(self.id)
-        cached = self.__dict__.get("_described")
+        name = self.machine_of(status)
+        cached = self._described
         now = time.monotonic()
         if cached and cached[0] == name and now - cached[1] < max_age:
             return cached[2]
@@ -333,23 +344,31 @@ class Job:
 
     def _launch(self, attempt: int) -> None:
         """Claim ``attempt`` (create-only, so two supervisors never both launch it) and start it."""
-        name = machine_name(self.id)
-        claim = Status(attempt=attempt, state=State.PROVISIONING, machine=name,
+        claim = Status(attempt=attempt, state=State.PROVISIONING, machine=machine_name(self.id),
                        message=f"starting {self.spec.plan.get('machine_type', 'machine')}")
         self.store.create(self.layout.status(attempt), claim.to_json())
         try:
-            if attempt == 1:
-                self.machines.launch(self.spec, self.url, self.key(), attempt)
-            else:
-                self.machines.restart(name, self.spec, self.url, self.key(), attempt)
+            self.start_machine(claim, self.spec)
         except Exception as exc:
             reason = f"could not start the machine: {exc}"
             self._commit(State.FAILED, reason, by="client")
             raise JobFailed(reason) from exc
+
+    def start_machine(self, claim: Status, spec: JobSpec) -> None:
+        """Launch (attempt 1) or restart the machine of a claimed attempt, then record when it started.
+
+        Shared by the first launch and the supervisor's relaunches. The launch time is
+        written only if the agent has not reported yet: its status is fresher.
+        """
+        if claim.attempt == 1:
+            self.machines.launch(spec, self.url, self.key(), claim.attempt)
+        else:
+            self.machines.restart(claim.machine, spec, self.url, self.key(), claim.attempt)
         claim.launched = claim.heartbeat = time.time()
-        try:  # unless the agent has written already: its status is fresher
-            if Status.from_json(self.store.get(self.layout.status(attempt))).launched == 0:
-                self.store.put(self.layout.status(attempt), claim.to_json())
+        key = self.layout.status(claim.attempt)
+        try:
+            if Status.from_json(self.store.get(key)).launched == 0:
+                self.store.put(key, claim.to_json())
         except NotFound:
             pass
 
@@ -374,17 +393,23 @@ class Job:
 
         Cheap while nothing needs doing; see :mod:`nbburst.supervisor` (lease, backoff, history).
         Once the job has ended, makes sure its machine is gone (once per handle)."""
-        from .supervisor import supervise
-
-        state = supervise(self)
-        if state.terminal and not self.__dict__.get("_cleaned_up"):
+        state = self.supervisor.step()
+        if state.terminal and not self._cleaned_up:
             self._cleaned_up = True
-            status = self.latest_status()
             try:  # the agent removes its machine; this covers a VM that could only power itself off
-                self.machines.cleanup(status.machine if status and status.machine else machine_name(self.id))
+                self.machines.cleanup(self.machine_of())
             except Exception:
                 pass
         return state
+
+    @property
+    def supervisor(self) -> Supervisor:
+        """This handle's supervisor (its lease, relaunch state), made on first use."""
+        if self._supervisor is None:
+            from .supervisor import Supervisor
+
+            self._supervisor = Supervisor(self)
+        return self._supervisor
 
     def attempts(self) -> list[dict[str, Any]]:
         """The attempts so far, oldest first (state, start, end, machine, message)."""
@@ -440,9 +465,7 @@ class Job:
             pass
         end = time.monotonic() + wait_s
         while time.monotonic() < end and self.terminal() is None:
-            status = self.latest_status()
-            if status is None or self.machines.describe(status.machine or machine_name(self.id)).state in (
-                    GONE, STOPPED):
+            if self.latest_status() is None or self.machines.describe(self.machine_of()).state in (GONE, STOPPED):
                 break
             time.sleep(0.1)
         state = self._commit(State.CANCELLED, "cancelled by the user", by="client")
@@ -451,14 +474,12 @@ class Job:
 
     def preempt(self, grace_s: float = 3.0) -> None:
         """Simulate an eviction of the job's machine (fault injection)."""
-        status = self.latest_status()
-        self.machines.preempt(status.machine if status else machine_name(self.id), grace_s)
+        self.machines.preempt(self.machine_of(), grace_s)
 
     def console(self) -> str:
         """The machine's boot/console output (the serial port on Compute Engine); "" when there is none."""
-        status = self.latest_status()
         try:
-            return self.machines.console(status.machine if status and status.machine else machine_name(self.id))
+            return self.machines.console(self.machine_of())
         except Exception:
             return ""
 

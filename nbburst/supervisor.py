@@ -224,7 +224,7 @@ class Supervisor:
                 return self._give_up(f"preempted {status.attempt} times; gave up after --max-restarts "
                                      f"{spec.max_restarts}")
             waiting = None
-        name = status.machine if status is not None and status.machine else machine_name(job.id)
+        name = job.machine_of(status) if status is not None else machine_name(job.id)
         claim = Status(attempt=attempt, state=State.PROVISIONING, machine=name,
                        message="relaunching after preemption" if attempt > 1 else "starting")
         if retry:
@@ -237,19 +237,13 @@ class Supervisor:
         resources = self._resources(waiting)
         launch_spec = dataclasses.replace(spec, resources=resources)
         try:
-            if attempt == 1:
-                job.machines.launch(launch_spec, job.url, job.key(), attempt)
-            else:
-                job.machines.restart(name, launch_spec, job.url, job.key(), attempt)
+            job.start_machine(claim, launch_spec)
         except Exception as exc:
             if is_no_capacity(exc):
                 return self._no_capacity(attempt, claim, resources, waiting, exc)
             self._event(plan, attempt, "failed", str(exc), resources)
             return job._commit(State.FAILED, f"could not restart the machine for attempt {attempt}: {exc}",
                                by="supervisor")
-        claim.launched = time.time()
-        claim.heartbeat = claim.launched
-        store.put(layout.status(attempt), claim.to_json())
         plan["waiting"] = None
         self._event(plan, attempt, "relaunched" if attempt > 1 else "launched", "", resources)
         self.lease.release()  # nothing to do until the next preemption: any supervisor may act then
@@ -350,14 +344,6 @@ class Supervisor:
             "by": self.lease.holder})
         plan["events"] = plan["events"][-200:]
         self.job.store.put(self.job.layout.relaunch, json.dumps(plan, indent=1).encode())
-
-
-def supervise(job: Job) -> State:
-    """One supervision step of ``job`` (``Job.supervise()``); the Supervisor is kept on the Job."""
-    sup = job.__dict__.get("_supervisor")
-    if sup is None:
-        sup = job.__dict__["_supervisor"] = Supervisor(job)
-    return sup.step()
 
 
 # -- history --------------------------------------------------------------------------------------

@@ -53,9 +53,7 @@ class HostedSupervisor:
     def release_leases(self) -> None:
         """Release the jobs' leases we hold, so that another supervisor takes over at once, not on expiry."""
         for job in self.manager.known_jobs():
-            sup = job.__dict__.get("_supervisor")  # kept on the Job by nbburst.supervisor.supervise()
-            if getattr(sup, "lease", None) is not None:
-                sup.lease.release()
+            job.supervisor.lease.release()
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
