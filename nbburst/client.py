@@ -40,7 +40,7 @@ from .job import (
 from .machines import Machines, open_machines
 from .machines.base import GONE, STOPPED, machine_name
 from .options import Options
-from .outcome import read_error
+from .outcome import commit_terminal, read_error
 from .store import AlreadyExists, NotFound, Store, open_store
 
 if TYPE_CHECKING:
@@ -373,13 +373,9 @@ class Job:
             pass
 
     def _commit(self, state: State, reason: str, by: str) -> State:
-        try:
-            terminal = Terminal(state, reason, self.attempt, by=by)
-            terminal.cost = self._cost(terminal.at)
-            self.store.create(self.layout.terminal, terminal.to_json())
-            return state
-        except AlreadyExists:
-            return self.terminal().state  # type: ignore[union-attr]
+        statuses = self.statuses()
+        return commit_terminal(self.store, self.layout, self.spec, state, reason,
+                               statuses[-1].attempt if statuses else 0, by, statuses)
 
     def _cost(self, ended: float | None = None, statuses: list[Status] | None = None) -> dict[str, Any]:
         """Cost so far (or in total, given the end time) by component, and the saving versus on-demand."""

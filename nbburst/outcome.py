@@ -1,16 +1,36 @@
-"""Reading what a job committed: its signed error (and the one-line reason made from it).
+"""A job's end: committing its terminal state, and reading its signed error.
 
-Shared by the agent, which states why a job failed, and the client side, which
-may have to state it for an agent that died just after the cell raised.
+Shared by the agent, which normally ends a job, and the client side (cancel,
+supervisor), which ends it when no agent can: both must write the same record.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import payload, signing
-from .job import JobLayout
-from .store import Store
+from . import payload, pricing, signing
+from .durations import format_duration
+from .job import JobLayout, JobSpec, State, Status, Terminal
+from .store import AlreadyExists, Store
+
+
+def commit_terminal(store: Store, layout: JobLayout, spec: JobSpec, state: State, reason: str, attempt: int,
+                    by: str, statuses: list[Status]) -> State:
+    """Write the job's end once (create-only), with its cost; if someone else ended it first, theirs stands."""
+    terminal = Terminal(state, reason, attempt, by=by)
+    try:
+        terminal.cost = pricing.job_cost(spec, statuses, terminal.at)
+    except Exception:  # a cost estimate must never stop a job from ending
+        terminal.cost = None
+    try:
+        store.create(layout.terminal, terminal.to_json())
+        return state
+    except AlreadyExists:
+        return Terminal.from_json(store.get(layout.terminal)).state
+
+
+def timeout_reason(spec: JobSpec) -> str:
+    return f"timed out: the job exceeded its time limit of {format_duration(spec.timeout_s)} (--timeout)"
 
 
 def read_error(store: Store, layout: JobLayout, key: bytes) -> dict[str, Any]:

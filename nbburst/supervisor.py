@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from .job import STALE_AFTER_SECONDS, State, Status
 from .machines.base import GONE, STOPPED, machine_name
-from .outcome import error_summary
+from .outcome import error_summary, timeout_reason
 from .store import AlreadyExists, NotFound
 
 if TYPE_CHECKING:
@@ -259,10 +259,7 @@ class Supervisor:
         if store.exists(layout.cancel):
             return job._commit(State.CANCELLED, "cancelled by the user", by="supervisor")
         if time.time() > job.spec.created + job.spec.timeout_s:
-            from .durations import format_duration
-
-            return job._commit(State.FAILED, f"timed out: the job exceeded its time limit of "
-                               f"{format_duration(job.spec.timeout_s)} (--timeout)", by="supervisor")
+            return job._commit(State.FAILED, timeout_reason(job.spec), by="supervisor")
         return None
 
     def _resources(self, waiting: dict[str, Any] | None) -> Any:

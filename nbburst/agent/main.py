@@ -18,7 +18,6 @@ import traceback
 from typing import Any
 
 from .. import payload, signing
-from ..durations import format_duration
 from ..env import python_mismatch
 from ..job import (
     ENV_ATTEMPT,
@@ -30,11 +29,10 @@ from ..job import (
     JobSpec,
     State,
     Status,
-    Terminal,
 )
 from ..metadata import metadata, on_gce
-from ..outcome import error_summary
-from ..store import AlreadyExists, NotFound, Store, open_store
+from ..outcome import commit_terminal, error_summary, timeout_reason
+from ..store import NotFound, Store, open_store
 from . import preemption
 from .checkpoints import local_root, restore, summary
 from .shipper import Shipper
@@ -107,23 +105,9 @@ class Agent:
 
     def commit_terminal(self, state: State, reason: str = "") -> State:
         """Write the job's end once; if someone else ended it first, theirs stands."""
-        terminal = Terminal(state, reason, self.attempt, by="agent")
-        terminal.cost = self._cost(terminal.at)
-        try:
-            self.store.create(self.layout.terminal, terminal.to_json())
-            return state
-        except AlreadyExists:
-            return Terminal.from_json(self.store.get(self.layout.terminal)).state
-
-    def _cost(self, ended: float) -> dict[str, Any] | None:
-        """The job's cost over all attempts (see nbburst.pricing.job_cost); None if it cannot be known."""
-        try:
-            from ..pricing import job_cost
-
-            statuses = [Status.from_json(self.store.get(k)) for k in self.store.list(self.layout.status_prefix)]
-            return job_cost(self.spec, [s for s in statuses if s.attempt != self.attempt] + [self.status], ended)
-        except Exception:
-            return None
+        earlier = [Status.from_json(self.store.get(k)) for k in self.store.list(self.layout.status_prefix)]
+        statuses = [s for s in earlier if s.attempt != self.attempt] + [self.status]  # ours is the freshest
+        return commit_terminal(self.store, self.layout, self.spec, state, reason, self.attempt, "agent", statuses)
 
     # -- watchdog -------------------------------------------------------------
     def _watch(self) -> None:
@@ -134,9 +118,7 @@ class Agent:
                 if self.stop_reason is None and self.store.exists(self.layout.cancel):
                     self._stop_runner(State.CANCELLED, "cancelled by the user")
                 elif self.stop_reason is None and time.time() > deadline:
-                    self._stop_runner(State.FAILED,
-                                      f"timed out: the job exceeded its time limit of "
-                                      f"{format_duration(self.spec.timeout_s)} (--timeout)")
+                    self._stop_runner(State.FAILED, timeout_reason(self.spec))
                 if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:
                     self.write_status()
                     last_beat = time.monotonic()
