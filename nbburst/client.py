@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import linecache
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -58,6 +59,8 @@ class Burst:
         self._stores: dict[str, Store] = {}
         self._machines: dict[str, Machines] = {}
         self.keyring = signing.KeyRing(config.state_dir(self.settings) / "keys")
+        self._handles: dict[tuple[str, str], Job] = {}  # (store url, job id) -> the job's handle
+        self._handles_lock = threading.Lock()
 
     # -- ports ----------------------------------------------------------------
     def store_for(self, backend: str | None = None) -> Store:
@@ -116,7 +119,7 @@ class Burst:
             store.delete_prefix(layout.prefix)  # no half-written job
             self.keyring.delete(job_id)
             raise
-        job = Job(self, job_id, store, spec)
+        job = self.handle(store, job_id, spec)
         job._launch(attempt=1)
         return job
 
@@ -147,11 +150,24 @@ class Burst:
         return spec
 
     # -- lookup -----------------------------------------------------------------
+    def handle(self, store: Store, job_id: str, spec: JobSpec | None = None) -> Job:
+        """The one handle of a job in this session: its spec is read once, and it has one supervisor."""
+        with self._handles_lock:
+            job = self._handles.get((store.url, job_id))
+            if job is None:
+                job = self._handles[(store.url, job_id)] = Job(self, job_id, store, spec)
+            return job
+
+    def handles(self) -> list[Job]:
+        """The job handles this session has made (no Store call)."""
+        with self._handles_lock:
+            return list(self._handles.values())
+
     def job(self, ref: str) -> Job:
         """A job by id or by name (the newest of that name)."""
         store = self.store
-        if valid_job_id(ref) and store.exists(JobLayout(ref).spec):
-            return Job(self, ref, store)
+        if valid_job_id(ref) and ((store.url, ref) in self._handles or store.exists(JobLayout(ref).spec)):
+            return self.handle(store, ref)
         found = self._find_by_name(store, ref)
         if found is None:
             raise JobNotFound(f"no job with id or name {ref!r} in {store.url}; `%burst jobs` lists them")
@@ -164,13 +180,19 @@ class Burst:
         return None
 
     def jobs(self, store: Store | None = None) -> list[Job]:
-        """All jobs in the Store, newest first."""
+        """All jobs in the Store, newest first.
+
+        A job folder without ``spec.json`` is a submission being written (or one that
+        failed): not a job. Known jobs skip that check, which keeps polling cheap on GCS.
+        """
         store = store or self.store
-        out = []
-        for job_id in sorted(store.list_dirs(jobs_prefix()), reverse=True):
-            if valid_job_id(job_id) and store.exists(JobLayout(job_id).spec):
-                out.append(Job(self, job_id, store))
-        return out
+        ids = sorted((d for d in store.list_dirs(jobs_prefix()) if valid_job_id(d)), reverse=True)
+        with self._handles_lock:
+            known = {job_id for url, job_id in self._handles if url == store.url}
+            for gone in known - set(ids):  # deleted meanwhile (nbburst gc)
+                del self._handles[(store.url, gone)]
+        return [self.handle(store, job_id) for job_id in ids
+                if job_id in known or store.exists(JobLayout(job_id).spec)]
 
 
 def _encode_all(values: dict[str, Any]) -> dict[str, payload.Encoded]:

@@ -16,7 +16,7 @@ from typing import Any
 from .. import config
 from ..client import Burst, Job, render_text
 from ..errors import JobNotFound, UsageError
-from ..job import JobLayout, decode_records, jobs_prefix, valid_job_id
+from ..job import State, decode_records
 from ..store import NotFound
 
 #: The most log text one response carries (characters); the client pages with next_offset.
@@ -31,7 +31,6 @@ class JobsManager:
         self.burst = burst
         self.log = log or logging.getLogger("nbburst.server")
         self._lock = threading.Lock()
-        self._jobs: dict[str, Job] = {}  # id -> handle (its spec is cached in it)
         self._final: dict[str, dict[str, Any]] = {}  # id -> info() of a terminal job
         self._chunk_len: dict[str, int] = {}  # log chunk key -> rendered length
         self._chunk_text: OrderedDict[str, str] = OrderedDict()
@@ -43,31 +42,13 @@ class JobsManager:
 
     # -- jobs --------------------------------------------------------------------
     def jobs(self) -> list[Job]:
-        """Every job in the Store (unordered)."""
-        store = self.burst.store
-        ids = [d for d in store.list_dirs(jobs_prefix()) if valid_job_id(d)]
-        out = []
-        for job_id in ids:
-            with self._lock:
-                job = self._jobs.get(job_id)
-            if job is None:
-                if not store.exists(JobLayout(job_id).spec):
-                    continue  # being written, or a leftover of a failed submission
-                job = Job(self.burst, job_id, store)
-                with self._lock:
-                    self._jobs[job_id] = job
-            out.append(job)
-        present = set(ids)
+        """Every job in the Store (``Burst`` keeps one handle per job, so specs are read once)."""
+        jobs = self.burst.jobs()
+        present = {job.id for job in jobs}
         with self._lock:
-            for gone in [i for i in self._jobs if i not in present]:  # deleted (nbburst gc)
-                self._jobs.pop(gone, None)
-                self._final.pop(gone, None)
-        return out
-
-    def known_jobs(self) -> list[Job]:
-        """The handles seen so far (no Store call)."""
-        with self._lock:
-            return list(self._jobs.values())
+            for gone in [i for i in self._final if i not in present]:  # deleted (nbburst gc)
+                del self._final[gone]
+        return jobs
 
     def is_final(self, job_id: str) -> bool:
         with self._lock:
@@ -79,7 +60,7 @@ class JobsManager:
         if cached is not None:
             return dict(cached)
         info = job.info()
-        if info["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+        if State(info["state"]).terminal:
             with self._lock:
                 self._final[job.id] = dict(info)
         return info
@@ -99,7 +80,7 @@ class JobsManager:
             except Exception:
                 self.log.warning("nbburst: cannot read job %s", job.id, exc_info=True)
                 continue
-            if state == "running" and info["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            if state == "running" and State(info["state"]).terminal:
                 continue
             infos.append(info)
         infos.sort(key=lambda i: (i["created"] or 0.0, i["id"]), reverse=True)
@@ -107,25 +88,7 @@ class JobsManager:
 
     def job(self, ref: str) -> Job:
         """A job by id, or by name (the newest of that name); :class:`JobNotFound` otherwise."""
-        store = self.burst.store
-        if valid_job_id(ref):
-            with self._lock:
-                job = self._jobs.get(ref)
-            if job is not None:
-                return job
-            if store.exists(JobLayout(ref).spec):
-                with self._lock:
-                    return self._jobs.setdefault(ref, Job(self.burst, ref, store))
-        named = []
-        for job in self.jobs():
-            try:
-                if job.spec.name == ref:
-                    named.append(job)
-            except (JobNotFound, NotFound):
-                continue
-        if not named:
-            raise JobNotFound(f"no job with id or name {ref!r} in {store.url}")
-        return max(named, key=lambda j: (j.spec.created, j.id))
+        return self.burst.job(ref)
 
     def detail(self, ref: str) -> dict[str, Any]:
         """The summary plus the attempts (an attempt followed by another one was preempted)."""
@@ -135,7 +98,7 @@ class JobsManager:
         info = self.info(job)
         rows = [{"attempt": a["attempt"], "state": a["state"], "started": a["start"], "ended": a["end"],
                  "seconds": a["seconds"], "machine": a["machine"], "message": a["message"]} for a in attempts(job)]
-        if rows and info["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+        if rows and State(info["state"]).terminal:
             rows[-1]["state"] = info["state"]  # the verdict, even if it was committed after we looked
         return {**info, "attempts": rows}
 

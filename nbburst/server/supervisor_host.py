@@ -52,7 +52,7 @@ class HostedSupervisor:
 
     def release_leases(self) -> None:
         """Release the jobs' leases we hold, so that another supervisor takes over at once, not on expiry."""
-        for job in self.manager.known_jobs():
+        for job in self.manager.burst.handles():
             job.supervisor.lease.release()
 
     def _run(self) -> None:

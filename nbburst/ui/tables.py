@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from ..durations import format_duration
+from ..job import State
 from ..pricing import usd
 
 STATE_COLORS = {
@@ -161,8 +162,8 @@ class JobsTable:
 
 #: Without --all, job lists show unfinished jobs and this many of the newest.
 RECENT_JOBS = 20
-_STATE_GROUPS = {"active": ("SUBMITTED", "PROVISIONING", "RUNNING", "PREEMPTED"),
-                 "done": ("SUCCEEDED", "FAILED", "CANCELLED"), "finished": ("SUCCEEDED", "FAILED", "CANCELLED")}
+_DONE = tuple(s.value for s in State if s.terminal)
+_STATE_GROUPS = {"active": tuple(s.value for s in State if not s.terminal), "done": _DONE, "finished": _DONE}
 
 
 def parse_states(text: str | None) -> set[str] | None:
