@@ -176,7 +176,7 @@ def cmd_result(args: argparse.Namespace) -> int:
         raise Exit(EXIT_FAILED, f"job {job.name} {state.value}" + (f": {terminal.reason}" if terminal and
                                                                     terminal.reason else ""))
     outcome = job.outcome()
-    value = outcome.last if job.spec.kind == "call" else outcome.values
+    value = job.value_of(outcome)
     for warning in outcome.warnings:
         print(f"nbburst: {warning}", file=sys.stderr)
     if args.output:

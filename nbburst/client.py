@@ -526,7 +526,10 @@ class Job:
         state = self.wait(timeout)
         if not state.terminal:
             raise TimeoutError(f"job {self.id} is still {state.value} after {timeout} s")
-        outcome = self.outcome()
+        return self.value_of(self.outcome())
+
+    def value_of(self, outcome: CellResult) -> Any:
+        """What the job gives back: a ``submit`` call's return value, or a cell's variables."""
         return outcome.last if self.spec.kind == "call" else outcome.values
 
     def info(self) -> dict[str, Any]:

@@ -229,8 +229,7 @@ class BurstMagics(Magics):
     def _cmd_result(self, rest: list[str]) -> Any:
         __tracebackhide__ = True
         job = self._one_job(rest, "result")
-        outcome = job.outcome()
-        return outcome.last if job.spec.kind == "call" else outcome.values
+        return job.value_of(job.outcome())
 
     def _cmd_cancel(self, rest: list[str]) -> None:
         job = self._one_job(rest, "cancel")
