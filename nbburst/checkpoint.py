@@ -122,7 +122,7 @@ class _Root:
         except (FileNotFoundError, ValueError):
             last = 0
         last = max(last, self.read_manifest()["seq"]) + 1
-        _write_atomic(counter, str(last).encode(), durable=False)
+        write_atomic(counter, str(last).encode(), durable=False)
         return last
 
     def encode(self, obj: Any) -> bytes:
@@ -153,7 +153,7 @@ class _Root:
         data = self.encode(obj)
         with self.locked():
             seq = self.next_seq()
-        _write_atomic(self.object_path(name, seq), data, durable=self.key is None)
+        write_atomic(self.object_path(name, seq), data, durable=self.key is None)
         return seq
 
     def commit(self, objects: dict[str, int], loops: dict[str, int], drop_loops: tuple[str, ...] = ()) -> int:
@@ -168,7 +168,7 @@ class _Root:
             commit = {"seq": seq, "at": round(time.time(), 3), "objects": {**head["objects"], **objects},
                       "loops": new_loops}
             commits = (manifest["commits"] + [commit])[-KEEP:]
-            _write_atomic(self.manifest_path, json.dumps({"format": 1, "seq": seq, "commits": commits},
+            write_atomic(self.manifest_path, json.dumps({"format": 1, "seq": seq, "commits": commits},
                                                          indent=1).encode(), durable=self.key is None)
             self._collect(commits)
         _changed()
@@ -227,7 +227,7 @@ def _scandir(path: Path) -> list[os.DirEntry]:
         return []
 
 
-def _write_atomic(path: Path, data: bytes, durable: bool) -> None:
+def write_atomic(path: Path, data: bytes, durable: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}-{threading.get_ident()}")
     with open(tmp, "wb") as f:

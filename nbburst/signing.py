@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 MAGIC = b"NBBSIG1\n"
@@ -57,6 +58,40 @@ def sign_text(key: bytes, data: bytes) -> str:
 def verify_text(key: bytes, data: bytes, signature: str, what: str) -> None:
     if not hmac.compare_digest(sign_text(key, data), signature or ""):
         raise SignatureError(f"{what} failed its signature check; refusing to run it")
+
+
+_READ = 8 << 20
+
+
+def sign_file(key: bytes, path: str | os.PathLike[str]) -> Iterator[bytes]:
+    """The signed form of a file (header, HMAC, contents) as chunks, for files too big to hold in memory."""
+    h = hmac.new(key, digestmod=hashlib.sha256)
+    with open(path, "rb") as f:
+        while chunk := f.read(_READ):
+            h.update(chunk)
+    yield MAGIC + h.digest()
+    with open(path, "rb") as f:
+        while chunk := f.read(_READ):
+            yield chunk
+
+
+def verify_file(key: bytes, signed: str | os.PathLike[str], dest: str | os.PathLike[str], what: str) -> None:
+    """Check a signed file and put its contents at ``dest`` (atomically), or raise :class:`SignatureError`."""
+    dest = Path(dest)
+    out = dest.with_name(f".tmp-ok-{dest.name}")
+    with open(signed, "rb") as f:
+        head = f.read(len(MAGIC) + _DIGEST)
+        if len(head) < len(MAGIC) + _DIGEST or not head.startswith(MAGIC):
+            raise SignatureError(f"{what} is not signed by nbburst; refusing to load it")
+        h = hmac.new(key, digestmod=hashlib.sha256)
+        with open(out, "wb") as w:
+            while chunk := f.read(_READ):
+                h.update(chunk)
+                w.write(chunk)
+    if not hmac.compare_digest(h.digest(), head[len(MAGIC):]):
+        os.unlink(out)
+        raise SignatureError(f"{what} failed its signature check; refusing to load it")
+    os.replace(out, dest)
 
 
 class KeyRing:

@@ -21,8 +21,6 @@ job's key; :func:`restore` verifies each one before it writes it locally.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import pickle
@@ -30,17 +28,16 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .. import signing
+from ..checkpoint import quote, write_atomic
 from ..job import JobLayout
 from ..store import AlreadyExists, NotFound, Store
 
 SYNC_SECONDS = 1.0
 TASK_BATCH_MAX = 512  # task results per uploaded batch
-_READ = 8 << 20
 
 
 def local_root(workdir: str | os.PathLike[str]) -> Path:
@@ -65,45 +62,20 @@ class Keys:
 # -- signing of files, streamed -------------------------------------------------------------------
 
 
-def _file_mac(key: bytes, path: Path) -> bytes:
-    h = hmac.new(key, digestmod=hashlib.sha256)
-    with open(path, "rb") as f:
-        while chunk := f.read(_READ):
-            h.update(chunk)
-    return h.digest()
-
-
-def _signed_chunks(key: bytes, path: Path) -> Iterator[bytes]:
-    yield signing.MAGIC + _file_mac(key, path)
-    with open(path, "rb") as f:
-        while chunk := f.read(_READ):
-            yield chunk
-
-
 def _download_verified(store: Store, key: bytes, obj: str, dest: Path, what: str) -> None:
     """Fetch a signed file, check its HMAC, and put its payload at ``dest`` (atomically)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".tmp-dl-{dest.name}")
     store.get_file(obj, tmp)
-    header = len(signing.MAGIC) + 32
     try:
-        with open(tmp, "rb") as f:
-            head = f.read(header)
-            if len(head) < header or not head.startswith(signing.MAGIC):
-                raise signing.SignatureError(f"{what} is not signed by nbburst; refusing to restore it")
-            h = hmac.new(key, digestmod=hashlib.sha256)
-            out = dest.with_name(f".tmp-ok-{dest.name}")
-            with open(out, "wb") as w:
-                while chunk := f.read(_READ):
-                    h.update(chunk)
-                    w.write(chunk)
-        if not hmac.compare_digest(h.digest(), head[len(signing.MAGIC):]):
-            os.unlink(out)
-            raise signing.SignatureError(f"{what} failed its signature check; refusing to restore it")
-        os.replace(out, dest)
+        signing.verify_file(key, tmp, dest, what)
     finally:
-        if tmp.exists():
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
+
+
+def _objects_of(manifest: dict[str, Any]) -> set[str]:
+    """The state objects (``<quoted name>/<seq>.pkl``) that the manifest's commits refer to."""
+    return {f"{quote(name)}/{seq:08d}.pkl" for c in manifest["commits"] for name, seq in c["objects"].items()}
 
 
 # -- restore (agent, before the runner starts) ----------------------------------------------------
@@ -128,13 +100,13 @@ def restore(store: Store, layout: JobLayout, key: bytes, root: Path) -> dict[str
         manifest_raw = None
     if manifest_raw is not None:
         manifest = json.loads(manifest_raw)
-        wanted = {f"{_quote(name)}/{seq:08d}.pkl" for c in manifest["commits"] for name, seq in c["objects"].items()}
+        wanted = _objects_of(manifest)
         for rel in sorted(wanted):
             raw = store.get(keys.state_object(rel))
             signing.verify(key, raw, f"checkpoint {rel}")
-            _write(root / "state" / rel, raw)
+            write_atomic(root / "state" / rel, raw, durable=False)
             counts["objects"] += 1
-        _write(root / "state" / "manifest.json", manifest_raw)
+        write_atomic(root / "state" / "manifest.json", manifest_raw, durable=False)
         head = manifest["commits"][-1] if manifest["commits"] else {"loops": {}}
         counts["loops"] = len(head["loops"])
     for obj in listed:
@@ -145,22 +117,9 @@ def restore(store: Store, layout: JobLayout, key: bytes, root: Path) -> dict[str
         elif obj.startswith(keys.tasks):
             batch = pickle.loads(signing.verify(key, store.get(obj), f"task results {obj}"))
             for task_key, data in batch.items():
-                _write(root / "tasks" / f"{task_key}.pkl", data)
+                write_atomic(root / "tasks" / f"{task_key}.pkl", data, durable=False)
             counts["tasks"] += len(batch)
     return counts
-
-
-def _quote(name: str) -> str:
-    from ..checkpoint import quote
-
-    return quote(name)
-
-
-def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(".tmp-" + path.name)
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 # -- sync (runner) --------------------------------------------------------------------------------
@@ -233,7 +192,7 @@ class Syncer:
         if raw is None or raw == self.manifest_up:
             return
         manifest = json.loads(raw)
-        wanted = {f"{_quote(name)}/{seq:08d}.pkl" for c in manifest["commits"] for name, seq in c["objects"].items()}
+        wanted = _objects_of(manifest)
         for rel in sorted(wanted - self.state_up):
             self.store.put_file(self.keys.state_object(rel), state / rel)  # already signed by the API
             self.state_up.add(rel)
@@ -253,7 +212,7 @@ class Syncer:
             if not final and self.files_seen.get(rel) != st:
                 continue
             try:
-                self.store.put_chunks(self.keys.file(rel), _signed_chunks(self.key, folder / rel))
+                self.store.put_chunks(self.keys.file(rel), signing.sign_file(self.key, folder / rel))
             except FileNotFoundError:
                 continue
             self.files_up[rel] = st
