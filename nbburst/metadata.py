@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import os
 
-METADATA_URL = "http://metadata.google.internal/computeMetadata/v1/"
-
 
 def metadata(path: str, timeout: float = 0.5) -> str | None:
     """A value from the metadata server, or None off Google Cloud (one short try)."""
     import urllib.request  # only needed on Compute Engine: keep the agent's start light elsewhere
 
-    host = os.environ.get("GCE_METADATA_HOST")
-    base = f"http://{host}/computeMetadata/v1/" if host else METADATA_URL
+    base = f"http://{host() or 'metadata.google.internal'}/computeMetadata/v1/"
     req = urllib.request.Request(base + path, headers={"Metadata-Flavor": "Google"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -27,4 +24,15 @@ def metadata(path: str, timeout: float = 0.5) -> str | None:
 
 def on_gce() -> bool:
     """Whether a metadata server is there to ask (a VM, or the emulator's instances)."""
-    return bool(os.environ.get("GCE_METADATA_HOST")) or os.path.exists("/etc/google_instance_id")
+    if os.environ.get("GCE_METADATA_HOST") or os.path.exists("/etc/google_instance_id"):
+        return True
+    try:
+        with open("/sys/class/dmi/id/product_name") as f:
+            return "Google" in f.read()
+    except OSError:
+        return False
+
+
+def host() -> str | None:
+    """The metadata server's host, or None off Compute Engine (and its emulator)."""
+    return os.environ.get("GCE_METADATA_HOST") or ("metadata.google.internal" if on_gce() else None)

@@ -33,32 +33,13 @@ from collections.abc import Callable
 from typing import Any
 
 from ..job import State
+from ..metadata import host as metadata_host
 
 #: Seconds the runner gets for hooks + checkpoint upload, if nothing else says.
 LOCAL_BUDGET = 1.5
 GCE_BUDGET = 20.0  # of the 30 s a spot VM gets
 ENV_BUDGET = "NBBURST_PREEMPT_BUDGET"
 WAIT_SECONDS = 60  # hanging GET timeout at the metadata server
-
-
-def metadata_host() -> str | None:
-    """The metadata server's host, or None off Compute Engine (and its emulator)."""
-    from ..metadata import on_gce
-
-    host = os.environ.get("GCE_METADATA_HOST")
-    if host:
-        return host
-    if on_gce() or _read("/sys/class/dmi/id/product_name").strip() == "Google Compute Engine":
-        return "metadata.google.internal"
-    return None
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return ""
 
 
 def budget() -> float:

@@ -41,6 +41,7 @@ from .. import config, dist, pricing
 from ..errors import BurstError, UnsupportedOption, UsageError
 from ..job import JobLayout, JobSpec, Resources
 from ..metadata import metadata as _md
+from ..metadata import on_gce
 from . import gce_scripts, gce_types
 from .base import GONE, PROVISIONING, RUNNING, STOPPED, STOPPING, Check, MachineInfo, Machines, Plan, machine_name
 
@@ -97,19 +98,9 @@ def _timestamp(text: str) -> float:
         return 0.0
 
 
-def _maybe_on_gce() -> bool:
-    if os.environ.get("GCE_METADATA_HOST") or os.path.exists("/etc/google_instance_id"):
-        return True
-    try:
-        with open("/sys/class/dmi/id/product_name") as f:
-            return "Google" in f.read()
-    except OSError:
-        return False
-
-
 @functools.lru_cache(maxsize=8)
 def _workbench(host: str) -> dict[str, str] | None:
-    if not _maybe_on_gce() or _md("instance/attributes/proxy-url", timeout=1.0) is None:
+    if not on_gce() or _md("instance/attributes/proxy-url", timeout=1.0) is None:
         return None
     return {
         "project": _md("project/project-id", timeout=2.0) or "",
