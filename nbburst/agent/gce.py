@@ -28,7 +28,7 @@ import urllib.error
 import urllib.request
 import uuid
 
-from ..job import ENV_JOB_KEY, HEARTBEAT_SECONDS, JobLayout, State, Status
+from ..job import ENV_JOB_KEY, QUICK_STALE_SECONDS, JobLayout, State, Status
 from ..metadata import metadata, on_gce
 
 DEFAULT_ENDPOINT = "https://compute.googleapis.com"
@@ -143,10 +143,10 @@ def mark_shutdown(wait_s: float = 10.0) -> str:
             return "no status for this attempt"
         if status.state != State.RUNNING:
             return f"the attempt is {status.state.value}"
-        if time.time() - status.heartbeat > 2 * HEARTBEAT_SECONDS + 1 or time.monotonic() > deadline:
+        if time.time() - status.heartbeat > QUICK_STALE_SECONDS or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    if time.time() - status.heartbeat <= 2 * HEARTBEAT_SECONDS + 1:
+    if time.time() - status.heartbeat <= QUICK_STALE_SECONDS:
         return "the agent is still reporting"
     status.state = State.PREEMPTED
     status.message = "the VM was preempted" if preempted else "the VM shut down"
