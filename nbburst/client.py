@@ -228,14 +228,9 @@ def upload_blob(store: Store, enc: payload.Encoded) -> str:
 
 
 def upload_file(store: Store, path: Path) -> str:
+    """Upload a file's bytes as a blob (``--files``) unless the Store has them; returns the address."""
     data = path.read_bytes()
-    address = payload.digest_bytes(data)
-    if not store.exists(blob_key(address)):
-        try:
-            store.create(blob_key(address), data)
-        except AlreadyExists:
-            pass
-    return address
+    return store.put_addressed(BLOBS_PREFIX, lambda: [data], lambda: payload.digest_bytes(data))
 
 
 @dataclass

@@ -32,10 +32,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from . import __version__, payload, signing
 from .env import normalise
-from .job import JobLayout, blob_key
-from .store import AlreadyExists, Store
+from .job import BLOBS_PREFIX, JobLayout, blob_key
+from .store import Store
 
 #: The manifest of a job's machine software, relative to the job folder.
 _EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -205,14 +205,25 @@ def _signed_body(manifest: dict[str, Any]) -> bytes:
 
 
 def sign_manifest(key: bytes, manifest: dict[str, Any]) -> dict[str, Any]:
-    manifest = dict(manifest)
-    manifest["signature"] = hmac.new(key, _signed_body(manifest), hashlib.sha256).hexdigest()
-    return manifest
+    return {**manifest, "signature": signing.sign_text(key, _signed_body(manifest))}
 
 
 def verify_manifest(key: bytes, manifest: dict[str, Any]) -> bool:
-    expected = hmac.new(key, _signed_body(manifest), hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected, str(manifest.get("signature", "")))
+    return hmac.compare_digest(signing.sign_text(key, _signed_body(manifest)), str(manifest.get("signature", "")))
+
+
+def wheel_info() -> dict[str, Any]:
+    """The wheel of the running nbburst: file name, blob key, the SHA-256 a VM checks, size (no upload)."""
+    file_name, data = wheel()
+    return {"file": file_name, "blob": blob_key(payload.digest_bytes(data)),
+            "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+
+
+def upload_wheel(store: Store) -> dict[str, Any]:
+    """Put the wheel in the Store's blobs (once per Store); returns :func:`wheel_info`."""
+    _name, data = wheel()
+    store.put_addressed(BLOBS_PREFIX, lambda: [data], lambda: payload.digest_bytes(data))
+    return wheel_info()
 
 
 def publish(store: Store, layout: JobLayout, key: bytes, requirements_: dict[str, str] | None = None,
@@ -223,17 +234,9 @@ def publish(store: Store, layout: JobLayout, key: bytes, requirements_: dict[str
     existing = layout.dist_manifest
     if store.exists(existing):
         return json.loads(store.get(existing))
-    file_name, data = wheel()
-    digest = hashlib.sha256(data).hexdigest()
-    if not store.exists(blob_key(digest)):
-        try:
-            store.create(blob_key(digest), data)
-        except AlreadyExists:
-            pass  # uploaded by a concurrent job: same bytes
     manifest = sign_manifest(key, {
         "version": __version__, "python": ".".join(map(str, sys.version_info[:2])),
-        "wheel": {"file": file_name, "blob": blob_key(digest), "sha256": digest, "size": len(data)},
-        "requirements": dict(requirements_ or {}),
+        "wheel": upload_wheel(store), "requirements": dict(requirements_ or {}),
     })
     store.put(existing, json.dumps(manifest, sort_keys=True, indent=1).encode())
     return manifest

@@ -37,7 +37,6 @@ which reads and creates nothing; ``--dry-run`` stops there):
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import platform
 import re
@@ -55,7 +54,7 @@ from .. import __version__, config, dist, env
 from ..durations import format_duration, parse_duration
 from ..env import normalise
 from ..errors import BurstError, UsageError
-from ..job import Resources, blob_key
+from ..job import Resources
 from .gce import _label, console_tail
 from .gce_scripts import METADATA_PY
 
@@ -220,6 +219,7 @@ class BuildPlan:
     requirements: list[str]
     skipped: dict[str, str]
     wheel_file: str
+    wheel_blob: str  # blobs/<address>, as dist.upload_wheel stores it
     wheel_sha256: str
     wheel_size: int
     store_url: str
@@ -230,7 +230,7 @@ class BuildPlan:
 
     @property
     def wheel_url(self) -> str:
-        return f"{self.store_url.rstrip('/')}/{blob_key(self.wheel_sha256)}"
+        return f"{self.store_url.rstrip('/')}/{self.wheel_blob}"
 
     def describe(self) -> str:
         source = "the requirements file" if self.requirements else "this notebook's environment"
@@ -314,13 +314,13 @@ def plan(machines: GCEMachines, *, family: str | None = None, base_image: str | 
     if problem:
         raise UsageError(f"the builder VM: {problem}")
     pins, lines, skipped = packages_to_bake(requirements)
-    wheel_file, data = dist.wheel()
+    wheel = dist.wheel_info()
     stamp = _dt.datetime.fromtimestamp(time.time() if now is None else now, _dt.timezone.utc)
     return BuildPlan(
         project=machines.project, zone=chosen_zone, family=family,
         image_name=f"{family}-{stamp:%Y%m%d-%H%M%S}", base_image=base, base_source=base_source,
         machine_type=machine.name, python=python, packages=pins, requirements=lines, skipped=skipped,
-        wheel_file=wheel_file, wheel_sha256=hashlib.sha256(data).hexdigest(), wheel_size=len(data),
+        wheel_file=wheel["file"], wheel_blob=wheel["blob"], wheel_sha256=wheel["sha256"], wheel_size=wheel["size"],
         store_url=store_url, disk_gb=int(machines.settings.disk_gb), timeout_s=timeout_s,
         owner=_label(config.owner(machines.settings)),
         labels={"python": python_label(python), "nbburst": _label(__version__)})
@@ -392,19 +392,10 @@ class ImageBuilder:
         )
 
     def _upload_wheel(self, plan: BuildPlan) -> None:
-        from ..store import AlreadyExists
 
         store = self.machines._store(plan.store_url)
-        key = blob_key(plan.wheel_sha256)
-        if store.exists(key):
-            return
-        file_name, data = dist.wheel()
-        if hashlib.sha256(data).hexdigest() != plan.wheel_sha256:
+        if dist.upload_wheel(store)["sha256"] != plan.wheel_sha256:
             raise BurstError("nbburst's files changed since the plan was made; run the build again")
-        try:
-            store.create(key, data)
-        except AlreadyExists:
-            pass  # stored meanwhile by a job: same bytes
 
     def _create_builder(self, plan: BuildPlan, name: str) -> None:
         from google.api_core import exceptions as gexc
