@@ -43,8 +43,8 @@ def stamp(console: str, pattern: str) -> float:
 
 
 def one_run(burst, compute) -> dict[str, float]:
-    from nbburst.job import State
     from nbburst.machines.base import machine_name
+    from nbburst.protocol.job import State
 
     machines = burst.machines("gce")
     marks: dict[str, float] = {}
@@ -105,24 +105,35 @@ def one_run(burst, compute) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=4, help="jobs to launch (the first is cold)")
-    parser.add_argument("--operation-delay", type=float, default=0.0,
-                        help="the emulator's delay per operation step, seconds (0: our overhead only)")
+    parser.add_argument(
+        "--operation-delay",
+        type=float,
+        default=0.0,
+        help="the emulator's delay per operation step, seconds (0: our overhead only)",
+    )
     args = parser.parse_args(argv)
 
     from nbburst.testing import ComputeEmulator
-    from nbburst.testing.gcs_emulator import GCSEmulator
+    from nbburst.testing.gcs import GCSEmulator
 
     base = Path(tempfile.mkdtemp(prefix="nbburst-bench-"))
-    compute = ComputeEmulator(base / "compute", operation_delay=args.operation_delay, stop_grace=5,
-                              preemption_grace=2).start()
+    compute = ComputeEmulator(
+        base / "compute", operation_delay=args.operation_delay, stop_grace=5, preemption_grace=2
+    ).start()
     gcs = GCSEmulator().start()
     try:
         gcs.create_bucket("bench")
         os.environ.update(gcs.env())
         os.environ.update(compute.env())
-        os.environ.update({"NBBURST_ROOT": "gs://bench/nbburst", "NBBURST_BACKEND": "gce",
-                           "GOOGLE_CLOUD_PROJECT": compute.project, "NBBURST_STATE_DIR": str(base / "state")})
-        from nbburst.client import Burst
+        os.environ.update(
+            {
+                "NBBURST_ROOT": "gs://bench/nbburst",
+                "NBBURST_BACKEND": "gce",
+                "GOOGLE_CLOUD_PROJECT": compute.project,
+                "NBBURST_STATE_DIR": str(base / "state"),
+            }
+        )
+        from nbburst.client.burst import Burst
 
         burst = Burst()
         runs = [one_run(burst, compute) for _ in range(args.runs)]
@@ -132,8 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(base, ignore_errors=True)
 
     cold, warm = runs[0], runs[1:] or runs[:1]
-    print(f"\ncell start -> RUNNING on the emulators ({args.runs} jobs, emulator operation delay "
-          f"{args.operation_delay:g} s, {os.cpu_count()} CPUs)\n")
+    print(
+        f"\ncell start -> RUNNING on the emulators ({args.runs} jobs, emulator operation delay "
+        f"{args.operation_delay:g} s, {os.cpu_count()} CPUs)\n"
+    )
     print(f"{'phase':<14}{'cold (1st job)':>16}{'warm (median)':>16}")
     for phase in [*PHASES, "total"]:
         med = statistics.median(r[phase] for r in warm)

@@ -44,9 +44,9 @@ def main() -> None:
     import numpy as np
 
     import nbburst
-    from nbburst.capture import capture
-    from nbburst.client import Burst
-    from nbburst.job import BLOBS_PREFIX
+    from nbburst.client.burst import Burst
+    from nbburst.client.capture import capture
+    from nbburst.protocol.job import BLOBS_PREFIX
 
     # As after `pip install`, which compiles bytecode: an editable install under
     # PYTHONDONTWRITEBYTECODE would otherwise recompile nbburst at every agent start.
@@ -111,12 +111,13 @@ def main() -> None:
     for name, samples in (("copyfile", copies), ("submit", firsts), ("resubmit", resubmits)):
         print(f"{name:>9} samples: " + " ".join(f"{t:.3f}" for t in samples))
     size = f"{args.gib:g} GiB"
-    rows.append((f"(b) submit cell using {size} array", first_submit, f"copyfile {size}", copy_time, 1.5,
-                 first_ratio))
+    rows.append((f"(b) submit cell using {size} array", first_submit, f"copyfile {size}", copy_time, 1.5, first_ratio))
     rows.append(("(c) resubmit it unchanged", resubmit, f"copyfile {size}", copy_time, 0.1, resubmit_ratio))
 
-    print(f"{'measurement':<38} {'seconds':>8}   {'baseline':<22} {'seconds':>8}   {'ratio':>6}  target"
-          "   (seconds: medians; (b), (c): median of the per-round ratios)")
+    print(
+        f"{'measurement':<38} {'seconds':>8}   {'baseline':<22} {'seconds':>8}   {'ratio':>6}  target"
+        "   (seconds: medians; (b), (c): median of the per-round ratios)"
+    )
     for name, value, base_name, base, target, ratio in rows:
         verdict = "ok" if ratio <= target else "MISSED"
         print(f"{name:<38} {value:>8.3f}   {base_name:<22} {base:>8.3f}   {ratio:>5.2f}x  <= {target}x {verdict}")

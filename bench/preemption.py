@@ -89,7 +89,7 @@ def lines(path: Path) -> list[str]:
 
 class Bench:
     def __init__(self, burst, work: Path, backend: str):
-        from nbburst.capture import capture
+        from nbburst.client.capture import capture
 
         self.burst, self.work, self.backend, self.capture = burst, work, backend, capture
         self.n = 0
@@ -131,8 +131,13 @@ class Bench:
             os.environ.pop("NBBURST_RESUME_TASKS", None)
         fits = lines(side)
         values = job.outcome().values
-        return {"recomputed": len(fits) - len(set(fits)), "fits": len(set(fits)), "seconds": values["seconds"],
-                "best": values["best"], "attempts": job.attempt}
+        return {
+            "recomputed": len(fits) - len(set(fits)),
+            "fits": len(set(fits)),
+            "seconds": values["seconds"],
+            "best": values["best"],
+            "attempts": job.attempt,
+        }
 
     # (c)
     def latency(self) -> tuple[float, float, float]:
@@ -186,19 +191,25 @@ def run_backend(burst, work: Path, backend: str, args, rng: random.Random) -> li
         hit = bench.search(n_iter, n_jobs, 0.5)
         assert hit["best"] == plain["best"] == cached["best"]
         print(f"\n(b) RandomizedSearchCV, {n_iter * 3} fits of 0.1 s, n_jobs={n_jobs}, preempted after half of them")
-        print(f"    fits computed twice: {hit['recomputed']}   fits in flight (n_jobs): {n_jobs}   "
-              f"{'ok' if hit['recomputed'] <= n_jobs else 'MISSED'} (target: at most the fits in flight)")
+        print(
+            f"    fits computed twice: {hit['recomputed']}   fits in flight (n_jobs): {n_jobs}   "
+            f"{'ok' if hit['recomputed'] <= n_jobs else 'MISSED'} (target: at most the fits in flight)"
+        )
         ratio = cached["seconds"] / plain["seconds"]
-        print(f"    uninterrupted search (median of {args.repeat}): {cached['seconds']:.2f} s keeping task results "
-              f"vs. {plain['seconds']:.2f} s without   ratio {ratio:.2f}x")
+        print(
+            f"    uninterrupted search (median of {args.repeat}): {cached['seconds']:.2f} s keeping task results "
+            f"vs. {plain['seconds']:.2f} s without   ratio {ratio:.2f}x"
+        )
         out.append(("search: fits recomputed / in flight", f"{hit['recomputed']} / {n_jobs}"))
         out.append(("search: overhead of keeping results", f"{ratio:.2f}x"))
 
     lat = [bench.latency() for _ in range(args.repeat)]
     verdict, running, output = (statistics.median(x) for x in zip(*lat, strict=True))
     print(f"\n(c) resume latency on {backend} (median of {args.repeat})")
-    print(f"    notice -> PREEMPTED verdict {verdict:6.2f} s   -> next attempt RUNNING {running:6.2f} s   "
-          f"-> its first output {output:6.2f} s")
+    print(
+        f"    notice -> PREEMPTED verdict {verdict:6.2f} s   -> next attempt RUNNING {running:6.2f} s   "
+        f"-> its first output {output:6.2f} s"
+    )
     out.append((f"resume latency ({backend}), notice to first output", f"{output:.2f} s"))
     return out
 
@@ -212,9 +223,15 @@ def main() -> None:
     rng = random.Random(args.seed)
 
     work = Path(tempfile.mkdtemp(prefix="nbburst-bench-preempt-"))
-    os.environ.update({"NBBURST_ROOT": str(work / "store"), "NBBURST_STATE_DIR": str(work / "state"),
-                       "NBBURST_BACKEND": "local", "NBBURST_PREEMPT_BUDGET": "1.5"})
-    from nbburst.client import Burst
+    os.environ.update(
+        {
+            "NBBURST_ROOT": str(work / "store"),
+            "NBBURST_STATE_DIR": str(work / "state"),
+            "NBBURST_BACKEND": "local",
+            "NBBURST_PREEMPT_BUDGET": "1.5",
+        }
+    )
+    from nbburst.client.burst import Burst
 
     summary = run_backend(Burst(), work, "local", args, rng)
     if not args.no_gce:
@@ -227,9 +244,9 @@ def main() -> None:
 
 def gce(work: Path, args, rng: random.Random) -> list[tuple[str, str]]:
     try:
-        import nbburst.machines.gce  # noqa: F401
+        import nbburst.machines.gce.machines  # noqa: F401
         from nbburst.testing import ComputeEmulator
-        from nbburst.testing.gcs_emulator import GCSEmulator
+        from nbburst.testing.gcs import GCSEmulator
         from nbburst.testing.pytest_plugin import TEST_DEFAULTS
     except ImportError as exc:
         print(f"\n(c) on the Compute emulator: skipped ({exc})")
@@ -239,10 +256,17 @@ def gce(work: Path, args, rng: random.Random) -> list[tuple[str, str]]:
     saved = dict(os.environ)
     try:
         gcs.create_bucket("nbburst-bench")
-        os.environ.update({**gcs.env(), **compute.env(), "NBBURST_ROOT": "gs://nbburst-bench/nbburst",
-                           "NBBURST_BACKEND": "gce", "GOOGLE_CLOUD_PROJECT": compute.project,
-                           "NBBURST_STATE_DIR": str(work / "gce-state")})
-        from nbburst.client import Burst
+        os.environ.update(
+            {
+                **gcs.env(),
+                **compute.env(),
+                "NBBURST_ROOT": "gs://nbburst-bench/nbburst",
+                "NBBURST_BACKEND": "gce",
+                "GOOGLE_CLOUD_PROJECT": compute.project,
+                "NBBURST_STATE_DIR": str(work / "gce-state"),
+            }
+        )
+        from nbburst.client.burst import Burst
 
         return run_backend(Burst(), work, "gce", args, rng)
     except Exception as exc:  # the emulator path is best effort in a benchmark

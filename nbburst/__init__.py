@@ -12,16 +12,24 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from .client import Job
+    from .client.burst import Job
 
 
-def submit(fn: Any, *args: Any, backend: str | None = None, cores: int | None = None, memory: float | None = None,
-           timeout: str | float | None = None, name: str | None = None, **kwargs: Any) -> Job:
+def submit(
+    fn: Any,
+    *args: Any,
+    backend: str | None = None,
+    cores: int | None = None,
+    memory: float | None = None,
+    timeout: str | float | None = None,
+    name: str | None = None,
+    **kwargs: Any,
+) -> Job:
     """Run ``fn(*args, **kwargs)`` on a machine and return a :class:`~nbburst.client.Job`.
 
     Options mirror ``%%burst``; anything else is passed to ``fn``.
     """
-    from .client import Burst
+    from .client.burst import Burst
 
     burst = Burst()
     opts: dict[str, Any] = {"cores": cores, "memory": memory, "name": name}
@@ -49,7 +57,7 @@ def __getattr__(name: str) -> Any:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    from .magic import BurstMagics
+    from .ui.magic import BurstMagics
 
     ipython.register_magics(BurstMagics(ipython))
 

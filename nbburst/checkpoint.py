@@ -50,8 +50,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KEEP", "clear", "folder", "load", "names", "on_preempt", "preempting", "range", "save", "sync",
-           "versions"]
+__all__ = ["KEEP", "clear", "folder", "load", "names", "on_preempt", "preempting", "range", "save", "sync", "versions"]
 
 #: How many commits (and so versions of each object) are kept.
 KEEP = 3
@@ -133,7 +132,7 @@ class _Root:
         except Exception as exc:
             raise CheckpointError(f"cannot checkpoint a {type(obj).__name__}: it cannot be pickled ({exc})") from None
         if self.key is not None:
-            from .signing import sign
+            from .protocol.signing import sign
 
             return sign(self.key, data)
         return data
@@ -141,7 +140,7 @@ class _Root:
     def decode(self, raw: bytes, what: str) -> Any:
         import pickle
 
-        from .signing import MAGIC, verify
+        from .protocol.signing import MAGIC, verify
 
         if self.key is not None:
             raw = verify(self.key, raw, what)
@@ -161,15 +160,25 @@ class _Root:
         with self.locked():
             manifest = self.read_manifest()
             head = manifest["commits"][-1] if manifest["commits"] else {"objects": {}, "loops": {}}
-            new_loops = {k: v for k, v in head["loops"].items() if not k.startswith(drop_loops)} \
-                if drop_loops else dict(head["loops"])
+            new_loops = (
+                {k: v for k, v in head["loops"].items() if not k.startswith(drop_loops)}
+                if drop_loops
+                else dict(head["loops"])
+            )
             new_loops.update(loops)
             seq = self.next_seq()
-            commit = {"seq": seq, "at": round(time.time(), 3), "objects": {**head["objects"], **objects},
-                      "loops": new_loops}
+            commit = {
+                "seq": seq,
+                "at": round(time.time(), 3),
+                "objects": {**head["objects"], **objects},
+                "loops": new_loops,
+            }
             commits = (manifest["commits"] + [commit])[-KEEP:]
-            write_atomic(self.manifest_path, json.dumps({"format": 1, "seq": seq, "commits": commits},
-                                                         indent=1).encode(), durable=self.key is None)
+            write_atomic(
+                self.manifest_path,
+                json.dumps({"format": 1, "seq": seq, "commits": commits}, indent=1).encode(),
+                durable=self.key is None,
+            )
             self._collect(commits)
         _changed()
         return seq
@@ -264,8 +273,12 @@ def _current() -> _Root:
         return _root
 
 
-def _activate(path: str | os.PathLike[str] | None, key: bytes | None = None,
-              on_change: Callable[[], None] | None = None, on_sync: Callable[[], None] | None = None) -> None:
+def _activate(
+    path: str | os.PathLike[str] | None,
+    key: bytes | None = None,
+    on_change: Callable[[], None] | None = None,
+    on_sync: Callable[[], None] | None = None,
+) -> None:
     """Point the API at ``path`` (the runner does this on a burst machine); None resets to the default."""
     global _root, _on_change, _on_sync
     with _root_lock:
@@ -459,7 +472,7 @@ class range:  # noqa: N801 - it is used like the builtin
             self._open = False
             if self._frame in _loops.stack:
                 # anything above it was abandoned too (an inner loop left by break)
-                del _loops.stack[_loops.stack.index(self._frame):]
+                del _loops.stack[_loops.stack.index(self._frame) :]
 
     def close(self) -> None:
         """End the loop early (``break``): the running iteration stays uncommitted."""
@@ -472,8 +485,7 @@ class range:  # noqa: N801 - it is used like the builtin
             pass
 
     def __repr__(self) -> str:
-        return f"nbburst.checkpoint.range({self._range.start}, {self._range.stop}, {self._range.step}) " \
-               f"at {self._pos}"
+        return f"nbburst.checkpoint.range({self._range.start}, {self._range.stop}, {self._range.step}) at {self._pos}"
 
 
 def _watch_cells() -> None:

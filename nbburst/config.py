@@ -16,9 +16,9 @@ from typing import Any
 from traitlets import Bool, Dict, Enum, Float, Int, Unicode
 from traitlets.config import Config, Configurable
 
-from .durations import parse_duration
 from .errors import UsageError
 from .options import BACKENDS
+from .protocol.durations import parse_duration
 
 ENV_PREFIX = "NBBURST_"
 
@@ -33,19 +33,25 @@ class NBBurst(Configurable):
     """Settings of nbburst, set with ``c.NBBurst.<name> = ...`` in a Jupyter or IPython config file."""
 
     backend = Enum(list(BACKENDS), default_value="local", help="Where cells run: local or gce.").tag(config=True)
-    root = Unicode("", help="Store URL: a folder, file://..., or gs://bucket/prefix. "
-                   "Default: a folder in the user data dir (local), gs://BUCKET/nbburst (gce).").tag(config=True)
+    root = Unicode(
+        "",
+        help="Store URL: a folder, file://..., or gs://bucket/prefix. "
+        "Default: a folder in the user data dir (local), gs://BUCKET/nbburst (gce).",
+    ).tag(config=True)
     bucket = Unicode("", help="GCS bucket for the gce backend, when root is not set.").tag(config=True)
-    state_dir = Unicode("", help="Local folder for signing keys and local machines. "
-                        "Default: the user data dir.").tag(config=True)
+    state_dir = Unicode("", help="Local folder for signing keys and local machines. Default: the user data dir.").tag(
+        config=True
+    )
     project = Unicode("", help="Google Cloud project (default: from the metadata server or ADC).").tag(config=True)
     zone = Unicode("", help="Compute Engine zone, or 'auto' to try the zones of the region.").tag(config=True)
     service_account = Unicode("", help="Service account e-mail for VMs (default: the project's default).").tag(
         config=True
     )
-    scopes = Unicode("https://www.googleapis.com/auth/cloud-platform",
-                     help="OAuth scopes of the VMs' service account, comma-separated. Without a compute scope "
-                     "a finished VM powers itself off and the client deletes it.").tag(config=True)
+    scopes = Unicode(
+        "https://www.googleapis.com/auth/cloud-platform",
+        help="OAuth scopes of the VMs' service account, comma-separated. Without a compute scope "
+        "a finished VM powers itself off and the client deletes it.",
+    ).tag(config=True)
     image = Unicode("", help="VM image (projects/P/global/images/NAME).").tag(config=True)
     image_family = Unicode("", help="VM image family, used when image is not set.").tag(config=True)
     image_project = Unicode("", help="Project of image_family (default: project).").tag(config=True)
@@ -58,7 +64,9 @@ class NBBurst(Configurable):
     fallback_on_demand = Bool(False, help="Relaunch on a standard VM when spot capacity is out.").tag(config=True)
     owner = Unicode("", help="Owner label on machines (default: the user name).").tag(config=True)
     poll_interval = Float(0.25, help="Seconds between status polls while a cell waits.").tag(config=True)
-    prices = Dict(help="Price overrides merged over nbburst.pricing.DEFAULT_TABLE (same shape).").tag(config=True)
+    prices = Dict(help="Price overrides merged over nbburst.protocol.pricing.DEFAULT_TABLE (same shape).").tag(
+        config=True
+    )
     price_file = Unicode("", help="JSON file of price overrides (same shape as prices).").tag(config=True)
 
     def __init__(self, **kwargs: Any):

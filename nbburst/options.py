@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .durations import parse_duration
 from .errors import UsageError
-from .job import Resources
+from .protocol.durations import parse_duration
+from .protocol.job import Resources
 
 BACKENDS = ("local", "gce")
 _NAME = re.compile(r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")

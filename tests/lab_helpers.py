@@ -22,8 +22,16 @@ REPO = Path(__file__).resolve().parents[1]
 LABEXTENSION = REPO / "nbburst" / "labextension"
 SERVER_CONFIG = REPO / "jupyter-config" / "server-config" / "nbburst.json"
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", "--disable-sync", "--disable-quic"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-quic",
+]
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -71,13 +79,20 @@ class LabServer:
         settings = self.config_dir / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
         settings.mkdir(parents=True, exist_ok=True)
         (settings / "notification.jupyterlab-settings").write_text(
-            json.dumps({"checkForUpdates": False, "fetchNews": "false"}))
+            json.dumps({"checkForUpdates": False, "fetchNews": "false"})
+        )
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "NBBURST_", "PYTEST_"))}
-        env.update({"JUPYTER_CONFIG_DIR": str(self.config_dir), "JUPYTER_DATA_DIR": str(self.data_dir),
-                    "JUPYTER_RUNTIME_DIR": str(self.runtime_dir), "JUPYTER_PLATFORM_DIRS": "1",
-                    "PYTHONUNBUFFERED": "1"})
+        env.update(
+            {
+                "JUPYTER_CONFIG_DIR": str(self.config_dir),
+                "JUPYTER_DATA_DIR": str(self.data_dir),
+                "JUPYTER_RUNTIME_DIR": str(self.runtime_dir),
+                "JUPYTER_PLATFORM_DIRS": "1",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         env.pop("JUPYTERLAB_SETTINGS_DIR", None)
         env.pop("JUPYTERLAB_WORKSPACES_DIR", None)
         env.update(self.extra_env)
@@ -85,12 +100,30 @@ class LabServer:
 
     def start(self, timeout: float = 60) -> LabServer:
         self._prepare()
-        cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip", "127.0.0.1",
-               "--port", str(self.port), "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
-               f"--ServerApp.root_dir={self.root_dir}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--allow-root",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={self.token}",
+            f"--ServerApp.root_dir={self.root_dir}",
+        ]
         log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(cmd, env=self.env(), cwd=self.root_dir, stdin=subprocess.DEVNULL, stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            env=self.env(),
+            cwd=self.root_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
         wait_until(self._ready, timeout, step=0.25, what=f"jupyter lab to answer (log: {self.log_path})")
         return self
@@ -105,8 +138,9 @@ class LabServer:
             return False
 
     def api(self, path: str, method: str = "GET") -> Any:
-        req = urllib.request.Request(f"{self.url}/{path}", method=method,
-                                     headers={"Authorization": f"token {self.token}"})
+        req = urllib.request.Request(
+            f"{self.url}/{path}", method=method, headers={"Authorization": f"token {self.token}"}
+        )
         with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read() or b"null")
 

@@ -38,5 +38,8 @@ def error(outputs: list[dict]) -> tuple[str, str, str] | None:
 
 def data(outputs: list[dict], kind: str = "display_data") -> list[dict]:
     """The cell's own display outputs (the job view widget left out)."""
-    return [o["data"] for o in outputs
-            if o["output_type"] == kind and "application/vnd.jupyter.widget-view+json" not in o["data"]]
+    return [
+        o["data"]
+        for o in outputs
+        if o["output_type"] == kind and "application/vnd.jupyter.widget-view+json" not in o["data"]
+    ]

@@ -8,11 +8,11 @@ import time
 import pytest
 
 import nbburst
-from nbburst import signing
-from nbburst.client import Burst
+from nbburst.client.burst import Burst
 from nbburst.errors import JobCancelled, JobFailed
-from nbburst.job import State
 from nbburst.machines.local import LocalMachines
+from nbburst.protocol import signing
+from nbburst.protocol.job import State
 
 
 def slow_square(x, delay=0.0):

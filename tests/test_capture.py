@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from nbburst.capture import analyse, capture
+from nbburst.client.capture import analyse, capture
 from nbburst.errors import CaptureError
 
 
@@ -16,16 +16,19 @@ def test_reads_before_assignment_and_assigned_names():
     assert a.last_expr is False
 
 
-@pytest.mark.parametrize("code, assigned", [
-    ("for i, (j, k) in pairs: pass", {"i", "j", "k"}),
-    ("with open(p) as fh, ctx() as (a, b): pass", {"fh", "a", "b"}),
-    ("import numpy as np, os.path\nfrom sklearn import svm as s, tree", {"np", "os", "s", "tree"}),
-    ("total += 1", {"total"}),
-    ("if (w := f()): pass", {"w"}),
-    ("vals = [(y := v) for v in data]", {"vals", "y"}),
-    ("def fn(): pass\nclass C: pass\nasync def co(): pass", {"fn", "C", "co"}),
-    ("def setter():\n    global g\n    g = 1", {"setter", "g"}),
-])
+@pytest.mark.parametrize(
+    "code, assigned",
+    [
+        ("for i, (j, k) in pairs: pass", {"i", "j", "k"}),
+        ("with open(p) as fh, ctx() as (a, b): pass", {"fh", "a", "b"}),
+        ("import numpy as np, os.path\nfrom sklearn import svm as s, tree", {"np", "os", "s", "tree"}),
+        ("total += 1", {"total"}),
+        ("if (w := f()): pass", {"w"}),
+        ("vals = [(y := v) for v in data]", {"vals", "y"}),
+        ("def fn(): pass\nclass C: pass\nasync def co(): pass", {"fn", "C", "co"}),
+        ("def setter():\n    global g\n    g = 1", {"setter", "g"}),
+    ],
+)
 def test_every_way_of_binding_a_name_is_an_output(code, assigned):
     assert assigned <= set(analyse(code).assigns)
 
@@ -70,7 +73,7 @@ def test_syntax_error_is_a_capture_error_with_the_line():
 
 def test_unpicklable_value_passes_capture_and_fails_at_encoding():
     # capture() only selects; the client refuses at encoding time, naming the variable.
-    from nbburst.client import _encode_all
+    from nbburst.client.burst import _encode_all
 
     with pytest.raises(CaptureError, match=r"variable 'lk' \(_thread.lock\).*Fix: create the lock inside the cell"):
         _encode_all(capture("lk.acquire()", {"lk": threading.Lock()}).values)

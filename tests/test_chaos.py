@@ -20,10 +20,10 @@ from collections import Counter
 import pytest
 from test_survival import expected_loop, gone, printed, submit
 
-from nbburst import supervisor
-from nbburst.client import Burst, Job
+from nbburst.client import supervisor
+from nbburst.client.burst import Burst, Job
 from nbburst.errors import UsageError
-from nbburst.job import State
+from nbburst.protocol.job import State
 
 SEED = int(os.environ.get("NBBURST_CHAOS_SEED", "20261121"))
 PHASES = ("booting", "environment", "mid-run", "writing the result")
@@ -91,8 +91,14 @@ class Driver:
             time.sleep(self.rng.uniform(0, 0.05))
             return ok
         if phase == "environment":  # the agent is up, checking the environment and restoring
-            return self._until(lambda: (s := job.latest_status()) is not None and s.attempt == attempt
-                               and s.message == "restoring checkpoints", 10)
+            return self._until(
+                lambda: (
+                    (s := job.latest_status()) is not None
+                    and s.attempt == attempt
+                    and s.message == "restoring checkpoints"
+                ),
+                10,
+            )
         if phase == "mid-run":
             k = self.rng.randint(1, 3)
             return self._until(lambda: len([x for x in printed(job, attempt) if x.startswith("step")]) >= k, 20)
@@ -121,8 +127,16 @@ def check_logs(job: Job, side_lines: list[str], streamed: list[dict]) -> None:
     assert len(markers) == len(set(markers))
 
 
-def chaos(backend: str, burst: Burst, tmp_path, jobs: int, preemptions: int, steps: int, pause: float,
-          graces: tuple[float, ...]) -> None:
+def chaos(
+    backend: str,
+    burst: Burst,
+    tmp_path,
+    jobs: int,
+    preemptions: int,
+    steps: int,
+    pause: float,
+    graces: tuple[float, ...],
+) -> None:
     rng = random.Random(SEED)
     stop = threading.Event()
     hosted = threading.Thread(target=supervisor.run_forever, args=(burst, 0.3, stop), daemon=True)
@@ -165,8 +179,10 @@ def chaos(backend: str, burst: Burst, tmp_path, jobs: int, preemptions: int, ste
     for d in drivers:
         gone(d.job, timeout=20)
     total = sum(survived.values())
-    print(f"\nchaos[{backend}] seed {SEED}: {jobs} jobs survived {total} preemptions "
-          f"({', '.join(f'{p}: {survived[p]}' for p in PHASES)})")
+    print(
+        f"\nchaos[{backend}] seed {SEED}: {jobs} jobs survived {total} preemptions "
+        f"({', '.join(f'{p}: {survived[p]}' for p in PHASES)})"
+    )
     assert total >= jobs  # every job was relaunched at least once
 
 

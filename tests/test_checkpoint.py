@@ -13,10 +13,11 @@ import time
 import pytest
 
 import nbburst
-from nbburst import checkpoint, signing
+from nbburst import checkpoint
 from nbburst.agent import checkpoints as mirror
 from nbburst.agent import preemption, resume
-from nbburst.job import JobLayout
+from nbburst.protocol import signing
+from nbburst.protocol.job import JobLayout
 from nbburst.store import open_store
 
 
@@ -152,15 +153,26 @@ def test_kernel_cells_rerun_skip_finished_loops_and_clear_starts_over(tmp_path):
         print("total", total)
     """)
     env = {k: v for k, v in os.environ.items() if k not in (checkpoint.ENV_DIR, "NBBURST_JOB_KEY")}
-    run = lambda *a: subprocess.run([sys.executable, "-c", cell, *a], cwd=tmp_path, env=env,  # noqa: E731
-                                    capture_output=True, text=True, timeout=60)
+    run = lambda *a: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", cell, *a],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     first = run("1")
     assert first.returncode == 3 and first.stdout.split("\n")[:2] == ["ran 0", "ran 1"]
     second = run()
     assert second.stdout.splitlines() == ["ran 1", "ran 2", "ran 3", "total 6"]
     assert run().stdout.splitlines() == ["total 6"]
-    subprocess.run([sys.executable, "-c", "import nbburst; nbburst.checkpoint.clear()"], cwd=tmp_path, env=env,
-                   check=True, timeout=60)
+    subprocess.run(
+        [sys.executable, "-c", "import nbburst; nbburst.checkpoint.clear()"],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        timeout=60,
+    )
     assert run().stdout.splitlines() == ["ran 0", "ran 1", "ran 2", "ran 3", "total 6"]
 
 
@@ -242,9 +254,11 @@ def test_joblib_tasks_are_cached_and_resumed(tmp_path):
 
 
 def test_joblib_patch_is_lazy_and_reversible(tmp_path):
-    code = ("import sys; from nbburst.agent import resume; resume.install(sys.argv[1]); "
-            "print('joblib' in sys.modules); import joblib.parallel as p; print(p.Parallel.__call__ is resume._call); "
-            "resume.uninstall(); print(p.Parallel.__call__ is resume._call)")
+    code = (
+        "import sys; from nbburst.agent import resume; resume.install(sys.argv[1]); "
+        "print('joblib' in sys.modules); import joblib.parallel as p; print(p.Parallel.__call__ is resume._call); "
+        "resume.uninstall(); print(p.Parallel.__call__ is resume._call)"
+    )
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["False", "True", "False"], out.stderr
 
@@ -254,16 +268,17 @@ def test_metadata_watcher_sees_preemption_and_maintenance():
 
     seen: list[tuple[str, str]] = []
     with MetadataServer({"instance/preempted": "FALSE", "instance/maintenance-event": "NONE"}) as md:
-        watcher = preemption.MetadataWatcher(md.host, on_preempt=lambda r: seen.append(("preempt", r)),
-                                             on_migrate=lambda r: seen.append(("migrate", r))).start()
+        watcher = preemption.MetadataWatcher(
+            md.host, on_preempt=lambda r: seen.append(("preempt", r)), on_migrate=lambda r: seen.append(("migrate", r))
+        ).start()
         try:
             time.sleep(0.3)
             assert seen == []
             md.set("instance/maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
-            _until(lambda: ("migrate" in [k for k, _ in seen]))
+            _until(lambda: "migrate" in [k for k, _ in seen])
             md.set("instance/maintenance-event", "NONE")
             md.set("instance/preempted", "TRUE")
-            _until(lambda: ("preempt" in [k for k, _ in seen]))
+            _until(lambda: "preempt" in [k for k, _ in seen])
             assert "preempted" in seen[-1][1]
         finally:
             watcher.stop()
@@ -341,8 +356,10 @@ def test_task_keys_are_the_same_in_every_process():
     """Keys of GridSearchCV, RandomizedSearchCV (scipy distributions) and cross_validate tasks, with a
     class defined in the cell, do not depend on the process (hash seed, global RandomState, callback ids)."""
     pytest.importorskip("sklearn")
-    runs = [subprocess.run([sys.executable, "-c", KEYS_SCRIPT, SEARCHES], capture_output=True, text=True,
-                           timeout=120) for _ in range(2)]
+    runs = [
+        subprocess.run([sys.executable, "-c", KEYS_SCRIPT, SEARCHES], capture_output=True, text=True, timeout=120)
+        for _ in range(2)
+    ]
     assert all(r.returncode == 0 for r in runs), runs[0].stderr
     first, second = (json.loads(r.stdout) for r in runs)
     assert [len(k) for k in first] == [6, 9, 4]

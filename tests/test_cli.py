@@ -13,12 +13,17 @@ import time
 import cloudpickle
 import pytest
 
-from nbburst.cli import EXIT_CONFIG, EXIT_FAILED, EXIT_NOT_DONE, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
+from nbburst.ui.cli import EXIT_CONFIG, EXIT_FAILED, EXIT_NOT_DONE, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
 
 
 def nbburst(*args: str, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nbburst.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "COLUMNS": "160", **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "nbburst", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "160", **(env or {})},
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> str:
@@ -30,7 +35,7 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
 
 @pytest.fixture
 def burst(burst_env):
-    from nbburst.client import Burst
+    from nbburst.client.burst import Burst
 
     session = Burst()
     yield session
@@ -133,9 +138,19 @@ def _orphan_machine(burst) -> subprocess.Popen:
     job_id = "b20260101-000000-0rphan"
     folder = burst.machines("local").folder
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"nbburst-{job_id}.json").write_text(json.dumps({
-        "name": f"nbburst-{job_id}", "job_id": job_id, "pid": proc.pid,
-        "started": psutil.Process(proc.pid).create_time(), "attempt": 1, "created": time.time(), "cores": 1}))
+    (folder / f"nbburst-{job_id}.json").write_text(
+        json.dumps(
+            {
+                "name": f"nbburst-{job_id}",
+                "job_id": job_id,
+                "pid": proc.pid,
+                "started": psutil.Process(proc.pid).create_time(),
+                "attempt": 1,
+                "created": time.time(),
+                "cores": 1,
+            }
+        )
+    )
     return proc
 
 
@@ -197,8 +212,12 @@ def test_preempt_then_supervise_relaunches(burst):
 
 
 def test_supervise_stops_on_sigterm(burst_env):
-    proc = subprocess.Popen([sys.executable, "-m", "nbburst.cli", "supervise", "--interval", "0.2s"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nbburst", "supervise", "--interval", "0.2s"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert "watching unfinished jobs" in proc.stderr.readline()
         proc.send_signal(signal.SIGTERM)

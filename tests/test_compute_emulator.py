@@ -21,30 +21,50 @@ PROJECT, ZONE = "nbburst-test", "us-central1-a"
 FAMILY = "projects/nbburst-images/global/images/family/nbburst-py311"
 
 
-def instance(name, *, startup=None, shutdown=None, labels=None, machine="n2-standard-2", action="STOP",
-             spot=True, max_run=None, zone=ZONE, accelerators=None):
+def instance(
+    name,
+    *,
+    startup=None,
+    shutdown=None,
+    labels=None,
+    machine="n2-standard-2",
+    action="STOP",
+    spot=True,
+    max_run=None,
+    zone=ZONE,
+    accelerators=None,
+):
     items = []
     if startup is not None:
         items.append(compute_v1.Items(key="startup-script", value=startup))
     if shutdown is not None:
         items.append(compute_v1.Items(key="shutdown-script", value=shutdown))
     scheduling = compute_v1.Scheduling(
-        provisioning_model="SPOT" if spot else "STANDARD", on_host_maintenance="TERMINATE",
-        automatic_restart=False, instance_termination_action=action)
+        provisioning_model="SPOT" if spot else "STANDARD",
+        on_host_maintenance="TERMINATE",
+        automatic_restart=False,
+        instance_termination_action=action,
+    )
     if max_run:
         scheduling.max_run_duration = compute_v1.Duration(seconds=max_run)
     return compute_v1.Instance(
         name=name,
         machine_type=f"zones/{zone}/machineTypes/{machine}",
         labels=labels or {},
-        disks=[compute_v1.AttachedDisk(boot=True, auto_delete=True, initialize_params=compute_v1.
-                                       AttachedDiskInitializeParams(source_image=FAMILY, disk_size_gb=20))],
+        disks=[
+            compute_v1.AttachedDisk(
+                boot=True,
+                auto_delete=True,
+                initialize_params=compute_v1.AttachedDiskInitializeParams(source_image=FAMILY, disk_size_gb=20),
+            )
+        ],
         network_interfaces=[compute_v1.NetworkInterface(network="global/networks/default")],
         metadata=compute_v1.Metadata(items=items),
         scheduling=scheduling,
         guest_accelerators=accelerators or [],
-        service_accounts=[compute_v1.ServiceAccount(
-            email="default", scopes=["https://www.googleapis.com/auth/cloud-platform"])],
+        service_accounts=[
+            compute_v1.ServiceAccount(email="default", scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        ],
     )
 
 
@@ -57,8 +77,11 @@ class Compute:
         self.operations = emu.client(compute_v1.ZoneOperationsClient)
 
     def insert(self, inst, request_id=None, zone=ZONE):
-        return self.instances.insert(request=compute_v1.InsertInstanceRequest(
-            project=PROJECT, zone=zone, instance_resource=inst, request_id=request_id or str(uuid.uuid4())))
+        return self.instances.insert(
+            request=compute_v1.InsertInstanceRequest(
+                project=PROJECT, zone=zone, instance_resource=inst, request_id=request_id or str(uuid.uuid4())
+            )
+        )
 
     def wait(self, op, zone=ZONE):
         deadline = time.monotonic() + 20
@@ -77,15 +100,17 @@ class Compute:
         return self.instances.get(project=PROJECT, zone=zone, instance=name)
 
     def list(self, filter_=""):
-        return [i.name for i in self.instances.list(
-            request=compute_v1.ListInstancesRequest(project=PROJECT, zone=ZONE, filter=filter_))]
+        return [
+            i.name
+            for i in self.instances.list(
+                request=compute_v1.ListInstancesRequest(project=PROJECT, zone=ZONE, filter=filter_)
+            )
+        ]
 
 
 @pytest.fixture
 def gce(compute_emulator):
     return Compute(compute_emulator)
-
-
 
 
 def read_when_there(path: Path, timeout=10.0) -> str:
@@ -120,8 +145,9 @@ def test_get_list_filter_and_stored_fields(gce):
     assert gce.list("name=job-2-a") == ["job-2-a"]
     assert gce.list('labels.nbburst-job="three"') == []
     assert sorted(gce.list("scheduling.provisioningModel = SPOT")) == ["job-1-a", "job-1-b"]
-    aggregated = gce.instances.aggregated_list(request=compute_v1.AggregatedListInstancesRequest(
-        project=PROJECT, filter="labels.nbburst-job=two"))
+    aggregated = gce.instances.aggregated_list(
+        request=compute_v1.AggregatedListInstancesRequest(project=PROJECT, filter="labels.nbburst-job=two")
+    )
     found = [(zone, [i.name for i in scoped.instances]) for zone, scoped in aggregated if scoped.instances]
     assert found == [("zones/us-central1-a", ["job-2-a"])]
 
@@ -196,8 +222,10 @@ def test_startup_script_runs_in_its_disk_with_a_metadata_server(gce, compute_emu
     assert "startup says hello" in out.contents and out.start == 0
     assert out.next_ == len(out.contents.encode())
     more = gce.instances.get_serial_port_output(
-        request=compute_v1.GetSerialPortOutputInstanceRequest(project=PROJECT, zone=ZONE, instance="vm-boot",
-                                                              start=out.next_ - 10))
+        request=compute_v1.GetSerialPortOutputInstanceRequest(
+            project=PROJECT, zone=ZONE, instance="vm-boot", start=out.next_ - 10
+        )
+    )
     assert more.start == out.next_ - 10 and more.contents == out.contents[-10:]
 
     # The script runs in a process group of its own.
@@ -255,8 +283,11 @@ def test_preemption(gce, compute_emulator, action):
     compute_emulator.preempt("vm-spot", wait=True)
     assert time.monotonic() - t0 >= 1.0  # the stubborn child kept it up for the whole grace
     assert not psutil.pid_exists(stubborn) or psutil.Process(stubborn).status() == psutil.STATUS_ZOMBIE
-    ops = gce.operations.list(request=compute_v1.ListZoneOperationsRequest(
-        project=PROJECT, zone=ZONE, filter='operationType="compute.instances.preempted"'))
+    ops = gce.operations.list(
+        request=compute_v1.ListZoneOperationsRequest(
+            project=PROJECT, zone=ZONE, filter='operationType="compute.instances.preempted"'
+        )
+    )
     assert [op.target_link.rsplit("/", 1)[1] for op in ops] == ["vm-spot"]
     if action == "STOP":
         assert gce.get("vm-spot").status == "TERMINATED"
@@ -325,11 +356,30 @@ def test_machine_or_accelerator_not_in_zone(gce):
     with pytest.raises(exceptions.BadRequest, match="does not exist in zone 'us-central1-f'"):
         gce.insert(instance("vm-l4", machine="g2-standard-4", zone="us-central1-f"), zone="us-central1-f")
     with pytest.raises(exceptions.BadRequest, match="does not exist in zone"):
-        gce.insert(instance("vm-t4", machine="n1-standard-4", zone="europe-west4-a", accelerators=[
-            compute_v1.AcceleratorConfig(accelerator_type="zones/europe-west4-a/acceleratorTypes/nvidia-tesla-t4",
-                                         accelerator_count=1)]), zone="europe-west4-a")
-    gce.create(instance("vm-t4", machine="n1-standard-4", accelerators=[compute_v1.AcceleratorConfig(
-        accelerator_type=f"zones/{ZONE}/acceleratorTypes/nvidia-tesla-t4", accelerator_count=1)]))
+        gce.insert(
+            instance(
+                "vm-t4",
+                machine="n1-standard-4",
+                zone="europe-west4-a",
+                accelerators=[
+                    compute_v1.AcceleratorConfig(
+                        accelerator_type="zones/europe-west4-a/acceleratorTypes/nvidia-tesla-t4", accelerator_count=1
+                    )
+                ],
+            ),
+            zone="europe-west4-a",
+        )
+    gce.create(
+        instance(
+            "vm-t4",
+            machine="n1-standard-4",
+            accelerators=[
+                compute_v1.AcceleratorConfig(
+                    accelerator_type=f"zones/{ZONE}/acceleratorTypes/nvidia-tesla-t4", accelerator_count=1
+                )
+            ],
+        )
+    )
     accelerator = gce.get("vm-t4").guest_accelerators[0]
     assert accelerator.accelerator_type.endswith("/acceleratorTypes/nvidia-tesla-t4")
 
@@ -346,18 +396,33 @@ def test_images_and_machine_types(compute_emulator):
     machine_types = compute_emulator.client(compute_v1.MachineTypesClient)
     catalog = {m.name: m for m in machine_types.list(project=PROJECT, zone=ZONE)}
     assert catalog["n2-standard-64"].guest_cpus == 64 and catalog["n2-standard-64"].memory_mb == 262144
-    assert {"e2-standard-32", "n2-highmem-16", "n2-highcpu-96", "c2d-highcpu-112", "n1-standard-8",
-            "g2-standard-8", "a2-highgpu-1g"} <= set(catalog)
+    assert {
+        "e2-standard-32",
+        "n2-highmem-16",
+        "n2-highcpu-96",
+        "c2d-highcpu-112",
+        "n1-standard-8",
+        "g2-standard-8",
+        "a2-highgpu-1g",
+    } <= set(catalog)
     assert catalog["a2-highgpu-1g"].accelerators[0].guest_accelerator_type == "nvidia-tesla-a100"
-    big = machine_types.list(request=compute_v1.ListMachineTypesRequest(
-        project=PROJECT, zone=ZONE, filter="guestCpus >= 96 name = n2-*"))
-    assert sorted(m.name for m in big) == ["n2-highcpu-96", "n2-highmem-128", "n2-highmem-96",
-                                           "n2-standard-128", "n2-standard-96"]
+    big = machine_types.list(
+        request=compute_v1.ListMachineTypesRequest(project=PROJECT, zone=ZONE, filter="guestCpus >= 96 name = n2-*")
+    )
+    assert sorted(m.name for m in big) == [
+        "n2-highcpu-96",
+        "n2-highmem-128",
+        "n2-highmem-96",
+        "n2-standard-128",
+        "n2-standard-96",
+    ]
     with pytest.raises(exceptions.NotFound):
         machine_types.get(project=PROJECT, zone="us-central1-f", machine_type="g2-standard-4")
     accelerators = compute_emulator.client(compute_v1.AcceleratorTypesClient)
     assert {a.name for a in accelerators.list(project=PROJECT, zone="europe-west4-a")} == {
-        "nvidia-l4", "nvidia-tesla-a100"}
+        "nvidia-l4",
+        "nvidia-tesla-a100",
+    }
     zones = compute_emulator.client(compute_v1.ZonesClient)
     assert zones.get(project=PROJECT, zone="europe-west4-b").region.endswith("/regions/europe-west4")
 
@@ -368,14 +433,16 @@ def test_image_from_a_stopped_boot_disk_carries_its_content(gce, compute_emulato
     gce.create(instance("vm-bake", startup="mkdir -p baked && echo ready > baked/marker; exec sleep 300"))
     disk = gce.get("vm-bake").disks[0].source
     assert disk.endswith(f"/projects/{PROJECT}/zones/{ZONE}/disks/vm-bake")
-    image = compute_v1.Image(name="baked-1", family="baked", source_disk=disk.split("/compute/v1/")[1],
-                             labels={"python": "3-11"})
+    image = compute_v1.Image(
+        name="baked-1", family="baked", source_disk=disk.split("/compute/v1/")[1], labels={"python": "3-11"}
+    )
     with pytest.raises(exceptions.BadRequest, match="already being used by"):
         images.insert(project=PROJECT, image_resource=image)  # the instance still runs
     read_when_there(compute_emulator.disk_path("vm-bake") / "baked" / "marker")
     gce.wait(gce.instances.stop(project=PROJECT, zone=ZONE, instance="vm-bake"))
-    op = images.insert(request=compute_v1.InsertImageRequest(project=PROJECT, image_resource=image,
-                                                             request_id=str(uuid.uuid4())))
+    op = images.insert(
+        request=compute_v1.InsertImageRequest(project=PROJECT, image_resource=image, request_id=str(uuid.uuid4()))
+    )
     done = global_ops.wait(project=PROJECT, operation=op.name)
     assert done.status == compute_v1.Operation.Status.DONE and not done.error.errors
     assert global_ops.get(project=PROJECT, operation=op.name).target_link.endswith("/global/images/baked-1")
@@ -400,8 +467,11 @@ def test_control_endpoints_over_http(gce, compute_emulator):
     listed = requests.get(base + "/instances", timeout=5).json()["instances"]
     assert [(i["name"], i["status"]) for i in listed] == [("vm-remote", "RUNNING")]
     assert listed[0]["live_pids"] and Path(listed[0]["disk"]).is_dir()
-    r = requests.post(f"{base}/projects/{PROJECT}/zones/{ZONE}/instances/vm-remote/preempt",
-                      json={"grace": 0.5, "wait": True}, timeout=10)
+    r = requests.post(
+        f"{base}/projects/{PROJECT}/zones/{ZONE}/instances/vm-remote/preempt",
+        json={"grace": 0.5, "wait": True},
+        timeout=10,
+    )
     assert r.ok, r.text
     assert gce.get("vm-remote").status == "TERMINATED"
     requests.post(f"{base}/quotas", json={"metric": "CPUS", "limit": 1}, timeout=5).raise_for_status()
@@ -423,15 +493,23 @@ def test_emulator_stop_leaves_no_process(tmp_path):
     daemon = int(read_when_there(emu.disk_path("vm-daemon") / "d.pid"))
     assert psutil.pid_exists(daemon)
     emu.stop()
-    wait_until(lambda: not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == psutil.STATUS_ZOMBIE,
-             timeout=5, what="escaped process killed")
+    wait_until(
+        lambda: not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == psutil.STATUS_ZOMBIE,
+        timeout=5,
+        what="escaped process killed",
+    )
     assert emu.live_processes() == []
 
 
 def test_metadata_server_semantics():
-    with MetadataServer({"instance/preempted": "FALSE", "instance/attributes": {"a": "1", "b-c": "2"},
-                         "instance/service-accounts/default/email": "sa@x",
-                         "instance/service-accounts/sa@x/email": "sa@x"}) as md:
+    with MetadataServer(
+        {
+            "instance/preempted": "FALSE",
+            "instance/attributes": {"a": "1", "b-c": "2"},
+            "instance/service-accounts/default/email": "sa@x",
+            "instance/service-accounts/sa@x/email": "sa@x",
+        }
+    ) as md:
         url, flavor = md.url, {"Metadata-Flavor": "Google"}
         assert requests.get(url + "instance/preempted", timeout=5).status_code == 403
         assert requests.get(url + "instance/preempted", headers=flavor, timeout=5).text == "FALSE"
@@ -447,8 +525,13 @@ def test_metadata_server_semantics():
         r = requests.get(url + "instance/preempted?wait_for_change=true", headers=flavor, timeout=10)
         assert r.text == "TRUE" and 0.2 < time.monotonic() - t0 < 5
         # ... returns at once when last_etag is stale, and on timeout_sec with the same value
-        assert requests.get(url + "instance/preempted?wait_for_change=true&last_etag=0",
-                            headers=flavor, timeout=5).text == "TRUE"
-        r = requests.get(url + f"instance/preempted?wait_for_change=true&last_etag={r.headers['ETag']}"
-                         "&timeout_sec=0.2", headers=flavor, timeout=5)
+        assert (
+            requests.get(url + "instance/preempted?wait_for_change=true&last_etag=0", headers=flavor, timeout=5).text
+            == "TRUE"
+        )
+        r = requests.get(
+            url + f"instance/preempted?wait_for_change=true&last_etag={r.headers['ETag']}&timeout_sec=0.2",
+            headers=flavor,
+            timeout=5,
+        )
         assert r.text == "TRUE"

@@ -20,12 +20,12 @@ from nbrun import error, run, stream
 from support import wait_until
 from test_compute_emulator import PROJECT, ZONE, instance
 
-from nbburst.client import Burst
+from nbburst.client.burst import Burst
 from nbburst.errors import UsageError
-from nbburst.job import State
 from nbburst.machines.base import machine_name
-from nbburst.machines.gce import GCEMachines
-from nbburst.pricing import family_of
+from nbburst.machines.gce.machines import GCEMachines
+from nbburst.protocol.job import State
+from nbburst.protocol.pricing import family_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,17 +114,28 @@ def test_plan_picks_the_cheapest_type_and_says_why(gce_env):
 
 
 def test_choose_ranks_by_price_with_custom_types_and_gpu_families():
-    from nbburst.job import Resources
-    from nbburst.machines.gce_types import MachineType, choose
+    from nbburst.machines.gce.types import MachineType, choose
+    from nbburst.protocol.job import Resources
 
-    prices = {"families": {"n2": {"vcpu": 1.0, "gb": 0.1}, "e2": {"vcpu": 0.8, "gb": 0.1},
-                           "n1": {"vcpu": 0.9, "gb": 0.1}, "g2": {"vcpu": 1.0, "gb": 0.1}},
-              "gpus": {"nvidia-l4": {"hour": 5.0}, "nvidia-tesla-t4": {"hour": 3.0}},
-              "regions": {"us-central1": {"factor": 1.0}}}
-    catalog = [MachineType("e2-standard-8", 8, 32768), MachineType("n2-highcpu-8", 8, 8192),
-               MachineType("n2-highcpu-16", 16, 16384), MachineType("e2-micro", 2, 1024, shared_cpu=True),
-               MachineType("n1-standard-4", 4, 15360), MachineType("m1-megamem-96", 96, 1468006),
-               MachineType("g2-standard-4", 4, 16384, gpu="nvidia-l4", gpu_count=1)]
+    prices = {
+        "families": {
+            "n2": {"vcpu": 1.0, "gb": 0.1},
+            "e2": {"vcpu": 0.8, "gb": 0.1},
+            "n1": {"vcpu": 0.9, "gb": 0.1},
+            "g2": {"vcpu": 1.0, "gb": 0.1},
+        },
+        "gpus": {"nvidia-l4": {"hour": 5.0}, "nvidia-tesla-t4": {"hour": 3.0}},
+        "regions": {"us-central1": {"factor": 1.0}},
+    }
+    catalog = [
+        MachineType("e2-standard-8", 8, 32768),
+        MachineType("n2-highcpu-8", 8, 8192),
+        MachineType("n2-highcpu-16", 16, 16384),
+        MachineType("e2-micro", 2, 1024, shared_cpu=True),
+        MachineType("n1-standard-4", 4, 15360),
+        MachineType("m1-megamem-96", 96, 1468006),
+        MachineType("g2-standard-4", 4, 16384, gpu="nvidia-l4", gpu_count=1),
+    ]
     zone = "us-central1-a"
     pick = choose(Resources(cores=8), catalog, zone, prices)
     assert pick.machine.name == "e2-custom-8-8192" and pick.custom  # 8 x 0.8 + 8 x 0.1, x 1.05 < n2-highcpu-8
@@ -133,10 +144,15 @@ def test_choose_ranks_by_price_with_custom_types_and_gpu_families():
     pick = choose(Resources(cores=2), catalog, zone, prices, custom_ok=False)  # never a shared-core type
     assert pick.machine.name == "n1-standard-4"
     pick = choose(Resources(gpu="l4"), catalog, zone, prices, offered_gpus={"nvidia-l4"})
-    assert (pick.machine.name, pick.gpu, pick.gpu_count, pick.attached_gpu) == ("g2-standard-4", "nvidia-l4", 1,
-                                                                                 False)
-    pick = choose(Resources(gpu="nvidia-tesla-t4", gpu_count=1), catalog, zone, prices,
-                  offered_gpus={"nvidia-tesla-t4"}, custom_ok=False)
+    assert (pick.machine.name, pick.gpu, pick.gpu_count, pick.attached_gpu) == ("g2-standard-4", "nvidia-l4", 1, False)
+    pick = choose(
+        Resources(gpu="nvidia-tesla-t4", gpu_count=1),
+        catalog,
+        zone,
+        prices,
+        offered_gpus={"nvidia-tesla-t4"},
+        custom_ok=False,
+    )
     assert pick.machine.name == "n1-standard-4" and pick.attached_gpu
     with pytest.raises(UsageError, match="not offered in zone us-central1-a .GPUs there: nvidia-l4"):
         choose(Resources(gpu="t4"), catalog, zone, prices, offered_gpus={"nvidia-l4"})
@@ -198,8 +214,11 @@ def test_max_run_duration_ends_a_vm_whose_agent_hangs(gce_env, compute_emulator,
     sched = compute_emulator.api_get(compute_emulator.project, compute_emulator.zone, name)["scheduling"]
     assert 7 <= int(sched["maxRunDuration"]["seconds"]) <= 11  # the time left of --timeout 8s, plus 3 s
     wait_until(lambda: job.state == State.RUNNING, what="the agent to start")
-    agents = [p for p in map(psutil.Process, compute_emulator.instance(name)["live_pids"])
-              if "nbburst.agent" in " ".join(p.cmdline())]
+    agents = [
+        p
+        for p in map(psutil.Process, compute_emulator.instance(name)["live_pids"])
+        if "nbburst.agent" in " ".join(p.cmdline())
+    ]
     for agent in agents:
         agent.send_signal(signal.SIGSTOP)  # hung: its own time limit never fires
     assert compute_emulator.wait_for_status(name, "TERMINATED", timeout=20) == "TERMINATED"
@@ -262,8 +281,8 @@ def test_a_preempted_vm_restarts_with_its_disk_and_the_next_attempt(gce_env, com
 
 
 def test_the_wheel_is_deterministic_and_the_manifest_signed(gce_env):
-    from nbburst import dist
-    from nbburst.job import JobLayout
+    from nbburst.protocol import dist
+    from nbburst.protocol.job import JobLayout
     from nbburst.store import open_store
 
     store = open_store(gce_env["NBBURST_ROOT"])
@@ -286,11 +305,13 @@ def _probe_wheel(folder: Path) -> Path:
 
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "nbburst_probe-1.0-py3-none-any.whl"
-    files = {"nbburst_probe/__init__.py": "VALUE = 'probe 1.0'\n",
-             "nbburst_probe-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: nbburst-probe\nVersion: 1.0\n",
-             "nbburst_probe-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                                                 "Tag: py3-none-any\n",
-             "nbburst_probe-1.0.dist-info/RECORD": ""}
+    files = {
+        "nbburst_probe/__init__.py": "VALUE = 'probe 1.0'\n",
+        "nbburst_probe-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: nbburst-probe\nVersion: 1.0\n",
+        "nbburst_probe-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+        "nbburst_probe-1.0.dist-info/RECORD": "",
+    }
     with zipfile.ZipFile(path, "w") as zf:
         for name, text in files.items():
             zf.writestr(name, text)
@@ -299,7 +320,7 @@ def _probe_wheel(folder: Path) -> Path:
 
 @pytest.mark.compute_emulator(operation_delay=0.02)
 def test_packages_that_differ_are_installed_on_the_vm_and_logged(gce_env, compute_emulator, monkeypatch, tmp_path):
-    from nbburst import dist
+    from nbburst.protocol import dist
 
     index = _probe_wheel(tmp_path / "index")
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # the VMs' pip (they inherit the environment) uses the local index
@@ -326,7 +347,7 @@ def test_packages_that_differ_are_installed_on_the_vm_and_logged(gce_env, comput
 
 def test_shutdown_script_marks_a_silent_attempt_preempted(tmp_path, monkeypatch):
     from nbburst.agent.gce import mark_shutdown
-    from nbburst.job import JobLayout, Status, Terminal
+    from nbburst.protocol.job import JobLayout, Status, Terminal
     from nbburst.store import open_store
     from nbburst.testing import MetadataServer
 
@@ -377,8 +398,13 @@ def test_gc_deletes_orphaned_vms_and_keeps_live_jobs(gce_env, compute_emulator):
         ops.wait(project=PROJECT, zone=ZONE, operation=op.name)
 
     def gc(*flags):
-        proc = subprocess.run([sys.executable, "-m", "nbburst.cli", "gc", "--backend", "gce", *flags],
-                              capture_output=True, text=True, timeout=120, env=dict(os.environ))
+        proc = subprocess.run(
+            [sys.executable, "-m", "nbburst", "gc", "--backend", "gce", *flags],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=dict(os.environ),
+        )
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from nbburst.client import Burst
+from nbburst.client.burst import Burst
 from nbburst.errors import JobFailed, UsageError
-from nbburst.job import Resources, State
 from nbburst.machines.base import machine_name
+from nbburst.protocol.job import Resources, State
 from nbburst.testing import MetadataServer
 
 
@@ -40,8 +40,11 @@ def test_no_credentials(gce_env, monkeypatch, tmp_path):
 
 def test_bucket_missing(gce_env, compute_emulator, monkeypatch):
     monkeypatch.setenv("NBBURST_ROOT", "gs://no-such-bucket-here/nbburst")
-    with pytest.raises(UsageError, match=r"the bucket gs://no-such-bucket-here does not exist: create it with "
-                                         r"`gcloud storage buckets create"):
+    with pytest.raises(
+        UsageError,
+        match=r"the bucket gs://no-such-bucket-here does not exist: create it with "
+        r"`gcloud storage buckets create",
+    ):
         submit(Burst())
     assert compute_emulator.instances() == []
 
@@ -62,8 +65,11 @@ def test_quota_exceeded_before_launch(gce_env, compute_emulator):
 def test_zone_out_of_capacity_then_zone_auto(gce_env, compute_emulator):
     compute_emulator.set_zone_capacity("us-central1-a", available=False)
     burst = Burst()
-    with pytest.raises(JobFailed, match=r"zone us-central1-a has no capacity for e2-highcpu-2 spot VMs right now "
-                                        r".*Try --zone auto"):
+    with pytest.raises(
+        JobFailed,
+        match=r"zone us-central1-a has no capacity for e2-highcpu-2 spot VMs right now "
+        r".*Try --zone auto",
+    ):
         submit(burst, cores=2)
     (job,) = burst.jobs(store=burst.store_for("gce"))
     assert job.state == State.FAILED and "no capacity" in job.terminal().reason  # committed, not half-written
@@ -80,8 +86,11 @@ def test_zone_out_of_capacity_then_zone_auto(gce_env, compute_emulator):
 
     for zone in ("us-central1-c", "us-central1-f"):
         compute_emulator.set_zone_capacity(zone, available=False)
-    with pytest.raises(JobFailed, match="no capacity for e2-highcpu-2 spot VMs in any zone tried: us-central1-a "
-                                        r"\(no spot capacity\), .*us-central1-f \(no spot capacity\)"):
+    with pytest.raises(
+        JobFailed,
+        match="no capacity for e2-highcpu-2 spot VMs in any zone tried: us-central1-a "
+        r"\(no spot capacity\), .*us-central1-f \(no spot capacity\)",
+    ):
         submit(burst, cores=2, zone="auto")
 
 
@@ -89,8 +98,11 @@ def test_machine_type_or_gpu_not_offered_in_the_zone(gce_env, compute_emulator):
     burst = Burst()
     with pytest.raises(UsageError, match="--machine-type g2-standard-4: not offered in zone us-central1-f"):
         submit(burst, machine_type="g2-standard-4", zone="us-central1-f")
-    with pytest.raises(UsageError, match=r"--gpu nvidia-l4: not offered in zone us-central1-f \(GPUs there: "
-                                         r"nvidia-tesla-a100, nvidia-tesla-t4\)"):
+    with pytest.raises(
+        UsageError,
+        match=r"--gpu nvidia-l4: not offered in zone us-central1-f \(GPUs there: "
+        r"nvidia-tesla-a100, nvidia-tesla-t4\)",
+    ):
         submit(burst, gpu="l4", zone="us-central1-f")
     with pytest.raises(UsageError, match="--gpu nvidia-l4:3: G2 machines in us-central1-a come with 1, 2, 4, 8"):
         burst.machines("gce").plan(Resources(gpu="nvidia-l4", gpu_count=3))
@@ -102,21 +114,23 @@ def test_machine_type_or_gpu_not_offered_in_the_zone(gce_env, compute_emulator):
 def test_python_mismatch_of_a_labelled_image_is_refused_before_launch(gce_env, compute_emulator, monkeypatch):
     compute_emulator.add_image("nbburst-images", "py310-v1", "py310", labels={"python": "3-10"})
     burst = Burst()
-    with pytest.raises(UsageError, match=r"the image projects/nbburst-images/global/images/py310-v1 has Python "
-                                         r"3\.10 but this notebook runs Python 3\.11"):
+    with pytest.raises(
+        UsageError,
+        match=r"the image projects/nbburst-images/global/images/py310-v1 has Python "
+        r"3\.10 but this notebook runs Python 3\.11",
+    ):
         submit(burst, image_family="py310")
-    with pytest.raises(UsageError, match="--image-family: image family nope does not exist in project "
-                                         "nbburst-images"):
+    with pytest.raises(UsageError, match="--image-family: image family nope does not exist in project nbburst-images"):
         submit(burst, image_family="nope")
     nothing_left(burst, compute_emulator)
 
 
 @pytest.mark.compute_emulator(operation_delay=0.02)
 def test_python_mismatch_found_on_the_vm_fails_and_deletes_it(gce_env, compute_emulator, monkeypatch):
-    import nbburst.client
+    import nbburst.client.burst
 
-    real = nbburst.client.manifest()
-    monkeypatch.setattr(nbburst.client, "manifest", lambda: {**real, "python": "3.10.4"})
+    real = nbburst.client.burst.manifest()
+    monkeypatch.setattr(nbburst.client.burst, "manifest", lambda: {**real, "python": "3.10.4"})
     burst = Burst()
     job = submit(burst, cores=2)
     assert job.wait(timeout=60, supervise=False) == State.FAILED
@@ -127,13 +141,19 @@ def test_python_mismatch_found_on_the_vm_fails_and_deletes_it(gce_env, compute_e
 
 
 def test_doctor_reports_each_check_with_a_fix(gce_env, compute_emulator, capsys):
-    from nbburst.cli import main
+    from nbburst.ui.cli import main
 
     assert main(["doctor"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
-    for line in ("credentials: Compute Engine emulator", "project and zone: project nbburst-test, zone us-central1-a",
-                 "compute api: zone us-central1-a is UP", "bucket: gs://", "spot quota: room for a spot e2-highcpu-4",
-                 "standard quota: room", "image: projects/nbburst-images/global/images/nbburst-py311-v1"):
+    for line in (
+        "credentials: Compute Engine emulator",
+        "project and zone: project nbburst-test, zone us-central1-a",
+        "compute api: zone us-central1-a is UP",
+        "bucket: gs://",
+        "spot quota: room for a spot e2-highcpu-4",
+        "standard quota: room",
+        "image: projects/nbburst-images/global/images/nbburst-py311-v1",
+    ):
         assert line in out, out
     assert "public access prevention" in out  # the emulator does not report it: a warning with its fix
 
@@ -145,13 +165,15 @@ def test_doctor_reports_each_check_with_a_fix(gce_env, compute_emulator, capsys)
 
 
 def test_workbench_gives_project_zone_service_account_and_image(gce_env, compute_emulator, monkeypatch):
-    from nbburst.machines import gce
+    from nbburst.machines.gce import machines as gce
 
-    tree = {"instance/attributes": {"proxy-url": "https://abc-dot-us-central1.notebooks.googleusercontent.com"},
-            "instance/zone": "projects/123/zones/us-central1-b",
-            "instance/image": "projects/nbburst-images/global/images/nbburst-py311-v1",
-            "instance/service-accounts/default/email": "wb@nbburst-test.iam.gserviceaccount.com",
-            "project/project-id": "nbburst-test"}
+    tree = {
+        "instance/attributes": {"proxy-url": "https://abc-dot-us-central1.notebooks.googleusercontent.com"},
+        "instance/zone": "projects/123/zones/us-central1-b",
+        "instance/image": "projects/nbburst-images/global/images/nbburst-py311-v1",
+        "instance/service-accounts/default/email": "wb@nbburst-test.iam.gserviceaccount.com",
+        "project/project-id": "nbburst-test",
+    }
     with MetadataServer(tree) as md:
         monkeypatch.setenv("GCE_METADATA_HOST", md.host)
         for var in ("NBBURST_PROJECT", "NBBURST_ZONE", "NBBURST_IMAGE_FAMILY", "GOOGLE_CLOUD_PROJECT"):

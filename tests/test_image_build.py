@@ -14,12 +14,12 @@ from google.cloud import compute_v1
 from support import wait_until
 
 from nbburst import __version__
-from nbburst.cli import main
-from nbburst.client import Burst
+from nbburst.client.burst import Burst
 from nbburst.errors import UsageError
-from nbburst.job import State
 from nbburst.machines.base import machine_name
-from nbburst.machines.gce_image import ImageBuilder, build_script, packages_to_bake, plan, read_requirements
+from nbburst.machines.gce.image import ImageBuilder, build_script, packages_to_bake, plan, read_requirements
+from nbburst.protocol.job import State
+from nbburst.ui.cli import main
 
 FAMILY = "nbburst-test-baked"
 
@@ -32,8 +32,6 @@ def image_env(emulator_env, compute_emulator, tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # the VMs inherit it: their pip never goes to the network
     monkeypatch.setattr(ImageBuilder, "poll_s", 0.1)
     return emulator_env
-
-
 
 
 def posts(emu) -> list[dict]:
@@ -68,8 +66,9 @@ def test_build_an_image_and_boot_a_job_from_it(image_env, compute_emulator, caps
     assert source == "projects/debian-cloud/global/images/debian-12-bookworm-v20240110"
     assert compute_emulator.instances() == []
     (image_insert,) = [r for r in posts(compute_emulator) if r["path"].endswith("/global/images")]
-    assert image_insert["body"]["sourceDisk"].startswith(f"projects/{compute_emulator.project}/zones/"
-                                                         "us-central1-b/disks/nbburst-image-build-")
+    assert image_insert["body"]["sourceDisk"].startswith(
+        f"projects/{compute_emulator.project}/zones/us-central1-b/disks/nbburst-image-build-"
+    )
 
     # the image's content: the venv with nbburst's wheel, and what was baked
     (baked,) = [i for i in compute_emulator.images if i.name == image.name]

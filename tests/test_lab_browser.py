@@ -38,10 +38,7 @@ CELLS = [
     "    print(f'e2e line {i}', flush=True)\n"
     "    time.sleep(2)\n"
     "answer = 42",
-    "%%burst --detach --name e2e-cancel\n"
-    "import time\n"
-    "print('waiting to be cancelled', flush=True)\n"
-    "time.sleep(120)",
+    "%%burst --detach --name e2e-cancel\nimport time\nprint('waiting to be cancelled', flush=True)\ntime.sleep(120)",
 ]
 SIDEBAR = "#nbburst-sidebar"
 
@@ -74,8 +71,10 @@ def job_row(page, name: str):
 
 def test_sidebar_follows_and_cancels_jobs(tmp_path, monkeypatch):
     if not (REPO / "nbburst" / "labextension" / "package.json").exists():
-        pytest.fail("the lab extension is not built: cd labextension && npm install && npm run build "
-                    "(pip install -e . builds it too)")
+        pytest.fail(
+            "the lab extension is not built: cd labextension && npm install && npm run build "
+            "(pip install -e . builds it too)"
+        )
     expect = playwright_sync.expect
     store, state = tmp_path / "store", tmp_path / "state"
     env = {"NBBURST_ROOT": str(store), "NBBURST_STATE_DIR": str(state), "NBBURST_BACKEND": "local"}
@@ -128,7 +127,8 @@ def test_sidebar_follows_and_cancels_jobs(tmp_path, monkeypatch):
                 expect(dialog).to_contain_text("e2e-cancel")
                 dialog.get_by_role("button", name="Cancel job").click()
                 expect(page.locator(f"{SIDEBAR} .nbburst-detail-view .nbburst-state-cancelled")).to_be_visible(
-                    timeout=20_000)
+                    timeout=20_000
+                )
                 page.locator(f"{SIDEBAR} .nbburst-back").click()
                 expect(doomed.locator(".nbburst-state-cancelled")).to_be_visible(timeout=10_000)
                 expect(ok.locator(".nbburst-state-succeeded")).to_be_visible()
@@ -136,7 +136,7 @@ def test_sidebar_follows_and_cancels_jobs(tmp_path, monkeypatch):
             finally:
                 browser.close()
 
-        from nbburst.client import Burst
+        from nbburst.client.burst import Burst
 
         states = {job.name: job.state.value for job in Burst().jobs()}
         assert states == {"e2e-ok": "SUCCEEDED", "e2e-cancel": "CANCELLED"}

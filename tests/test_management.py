@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_ui import errors, run_notebook, stream, views
 
-from nbburst import pricing
+from nbburst.protocol import pricing
 
 
 def _status(root: Path, name: str) -> dict | None:
@@ -22,32 +22,36 @@ def _status(root: Path, name: str) -> dict | None:
 
 
 def test_detach_then_attach_from_a_new_kernel(burst_env):
-    first = run_notebook([
-        "%load_ext nbburst",
-        "%%burst --detach --name later\n"
-        "import time, nbburst\n"
-        "for i in range(3):\n"
-        "    nbburst.progress(i + 1, 3, 'steps')\n"
-        "    print('step', i, flush=True)\n"
-        "    time.sleep(0.7)\n"
-        "x = 41 + 1",
-        "job = _\nprint(type(job).__name__, job.name, job.state.terminal)",
-    ])
+    first = run_notebook(
+        [
+            "%load_ext nbburst",
+            "%%burst --detach --name later\n"
+            "import time, nbburst\n"
+            "for i in range(3):\n"
+            "    nbburst.progress(i + 1, 3, 'steps')\n"
+            "    print('step', i, flush=True)\n"
+            "    time.sleep(0.7)\n"
+            "x = 41 + 1",
+            "job = _\nprint(type(job).__name__, job.name, job.state.terminal)",
+        ]
+    )
     assert errors(first) == []
     assert "`%burst attach later`" in stream(first.cells[1])
     assert stream(first.cells[2]) == "Job later False\n"
     assert views(first), "a detached cell shows a live view too"
 
     # a new kernel (as after a restart) finds the job by name and brings its outputs in
-    second = run_notebook([
-        "%load_ext nbburst",
-        "table = %burst jobs\nprint(table.rows[0]['name'], table.rows[0]['machine'], table.rows[0]['cost'])",
-        "%burst attach later",
-        "print(x)",
-        "%burst logs later",
-        "r = %burst result later\nprint(sorted(r))",
-        "import time; time.sleep(1.5)",
-    ])
+    second = run_notebook(
+        [
+            "%load_ext nbburst",
+            "table = %burst jobs\nprint(table.rows[0]['name'], table.rows[0]['machine'], table.rows[0]['cost'])",
+            "%burst attach later",
+            "print(x)",
+            "%burst logs later",
+            "r = %burst result later\nprint(sorted(r))",
+            "import time; time.sleep(1.5)",
+        ]
+    )
     assert errors(second) == []
     assert stream(second.cells[1]) == "later local $0.00\n"
     assert "step 2" in stream(second.cells[2])  # the log comes in as the cell's output
@@ -95,8 +99,10 @@ def test_interrupt_detaches_and_cancel_stops_the_job(burst_env):
     try:
         execute("%load_ext nbburst")
         started = time.monotonic()
-        msgs = execute("%%burst --name long\nimport time\nprint('working', flush=True)\ntime.sleep(120)\ny = 1",
-                       while_busy=interrupt_when_running)
+        msgs = execute(
+            "%%burst --name long\nimport time\nprint('working', flush=True)\ntime.sleep(120)\ny = 1",
+            while_busy=interrupt_when_running,
+        )
         assert time.monotonic() - started < 30
         assert not [m for m in msgs if m["msg_type"] == "error"], "the interrupt detaches, it is not an error"
         out = text(msgs)
@@ -115,23 +121,25 @@ def test_interrupt_detaches_and_cancel_stops_the_job(burst_env):
 
 
 def test_cancel_from_the_view_and_config_magic(burst_env):
-    nb = run_notebook([
-        "%load_ext nbburst",
-        "%%burst --detach --name doomed\nimport time\nprint('started', flush=True)\ntime.sleep(120)",
-        "import time\nfrom nbburst.ui.view import _VIEWS\n"
-        "job = _\n"
-        "deadline = time.time() + 20\n"
-        "while job.state.value != 'RUNNING' and time.time() < deadline:\n"
-        "    time.sleep(0.1)\n"
-        "_VIEWS[job.id].cancel()  # what the Cancel button does\n"
-        "while not job.state.terminal and time.time() < deadline:\n"
-        "    time.sleep(0.1)\n"
-        "print(job.state.value)",
-        "%burst config poll_interval=0.1",
-        "c = %burst config\nprint(c['poll_interval'], c.described['poll_interval']['source'])",
-        "%burst config no_such_setting=1",
-        "import time; time.sleep(2)",
-    ])
+    nb = run_notebook(
+        [
+            "%load_ext nbburst",
+            "%%burst --detach --name doomed\nimport time\nprint('started', flush=True)\ntime.sleep(120)",
+            "import time\nfrom nbburst.ui.view import _VIEWS\n"
+            "job = _\n"
+            "deadline = time.time() + 20\n"
+            "while job.state.value != 'RUNNING' and time.time() < deadline:\n"
+            "    time.sleep(0.1)\n"
+            "_VIEWS[job.id].cancel()  # what the Cancel button does\n"
+            "while not job.state.terminal and time.time() < deadline:\n"
+            "    time.sleep(0.1)\n"
+            "print(job.state.value)",
+            "%burst config poll_interval=0.1",
+            "c = %burst config\nprint(c['poll_interval'], c.described['poll_interval']['source'])",
+            "%burst config no_such_setting=1",
+            "import time; time.sleep(2)",
+        ]
+    )
     assert stream(nb.cells[2]) == "CANCELLED\n"
     config_html = next(o for o in nb.cells[3].outputs if o["output_type"] == "execute_result")["data"]["text/html"]
     assert "poll_interval" in config_html and "%burst config" in config_html
@@ -143,7 +151,7 @@ def test_cancel_from_the_view_and_config_magic(burst_env):
 
 
 def test_logs_of_one_attempt_and_unknown_jobs(burst_env):
-    from nbburst.client import Burst
+    from nbburst.client.burst import Burst
 
     burst = Burst()
     job = burst.submit(lambda: time.sleep(0.3) or print("hi") or 5, options=burst.options(name="small"))
@@ -182,8 +190,9 @@ def test_hourly_price_spot_versus_on_demand():
 
 
 def test_gpus_regions_and_estimates():
-    a2 = pricing.for_plan({"machine_type": "a2-highgpu-2g", "cores": 24, "memory_gb": 170, "spot": False,
-                           "zone": "europe-west4-a"})
+    a2 = pricing.for_plan(
+        {"machine_type": "a2-highgpu-2g", "cores": 24, "memory_gb": 170, "spot": False, "zone": "europe-west4-a"}
+    )
     base = pricing.hourly("a2", 24, 170, "nvidia-tesla-a100", 2, spot=False, region="us-central1")
     assert a2.gpu == pytest.approx(2 * 2.933908 * 1.10) and a2.total == pytest.approx(base.total * 1.10)
     g2 = pricing.for_plan({"machine_type": "g2-standard-8", "cores": 8, "memory_gb": 32, "spot": True})
@@ -202,7 +211,7 @@ def test_gpus_regions_and_estimates():
 def test_price_overrides_and_cost_of_a_preempted_job(tmp_path):
     from types import SimpleNamespace
 
-    from nbburst.job import State, Status
+    from nbburst.protocol.job import State, Status
 
     price_file = tmp_path / "prices.json"
     price_file.write_text(json.dumps({"families": {"n2": {"spot_vcpu": 0.01}}}))
@@ -213,8 +222,10 @@ def test_price_overrides_and_cost_of_a_preempted_job(tmp_path):
 
     plan = {"machine_type": "n2-standard-8", "cores": 8, "memory_gb": 32, "spot": True, "zone": "us-central1-b"}
     spec = SimpleNamespace(plan=plan, backend="gce", created=1000.0)
-    statuses = [Status(attempt=1, state=State.PREEMPTED, started=1010.0, heartbeat=1600.0),
-                Status(attempt=2, state=State.SUCCEEDED, started=1700.0, heartbeat=2290.0)]
+    statuses = [
+        Status(attempt=1, state=State.PREEMPTED, started=1010.0, heartbeat=1600.0),
+        Status(attempt=2, state=State.SUCCEEDED, started=1700.0, heartbeat=2290.0),
+    ]
     cost = pricing.job_cost(spec, statuses, ended=2300.0)
     assert cost["seconds"] == pytest.approx(600 + 600)  # both attempts are billed, the gap between them is not
     hourly = pricing.for_plan(plan)

@@ -2,13 +2,24 @@
 
 import pytest
 
-from nbburst.durations import format_duration, parse_duration
 from nbburst.errors import UsageError
 from nbburst.options import Options, parse_gpu, parse_names
+from nbburst.protocol.durations import format_duration, parse_duration
 
 
-@pytest.mark.parametrize("text, seconds", [("90s", 90), ("30m", 1800), ("2h", 7200), ("1h30m", 5400),
-                                           ("1d", 86400), (45, 45), ("2.5h", 9000), ("500ms", 0.5)])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("90s", 90),
+        ("30m", 1800),
+        ("2h", 7200),
+        ("1h30m", 5400),
+        ("1d", 86400),
+        (45, 45),
+        ("2.5h", 9000),
+        ("500ms", 0.5),
+    ],
+)
 def test_durations(text, seconds):
     assert parse_duration(text) == seconds
 

@@ -5,7 +5,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from nbburst import payload
+from nbburst.protocol import payload
 
 
 def test_round_trip_keeps_arrays_writable_and_equal():
@@ -28,7 +28,7 @@ def test_digest_is_a_sha256_tree_independent_of_how_bytes_are_split(monkeypatch)
     data = bytes(range(256)) * 20  # 5120 bytes = 6 chunks
     whole = payload.digest([memoryview(data)])
     split = payload.digest([memoryview(data[:7]), memoryview(data[7:3333]), memoryview(data[3333:])])
-    leaves = b"".join(hashlib.sha256(data[i:i + 1000]).digest() for i in range(0, len(data), 1000))
+    leaves = b"".join(hashlib.sha256(data[i : i + 1000]).digest() for i in range(0, len(data), 1000))
     assert whole == split == hashlib.sha256(leaves).hexdigest()
 
 

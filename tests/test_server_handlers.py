@@ -21,11 +21,26 @@ from traitlets.config import Config
 
 import nbburst
 import nbburst.server
-from nbburst.capture import capture
-from nbburst.client import Burst, Job
+from nbburst.client.burst import Burst, Job
+from nbburst.client.capture import capture
 
-INFO_KEYS = {"id", "name", "state", "attempt", "backend", "kind", "machine", "created", "started", "ended",
-             "elapsed_s", "cost_usd", "cost_per_hour_usd", "progress", "message"}
+INFO_KEYS = {
+    "id",
+    "name",
+    "state",
+    "attempt",
+    "backend",
+    "kind",
+    "machine",
+    "created",
+    "started",
+    "ended",
+    "elapsed_s",
+    "cost_usd",
+    "cost_per_hour_usd",
+    "progress",
+    "message",
+}
 PRINTER = """\
 import time
 for i in range(4):
@@ -67,10 +82,17 @@ class Api:
     def __init__(self, loop, fetch):
         self.loop, self.fetch = loop, fetch
 
-    def call(self, *parts: str, method: str = "GET", params: dict | None = None, headers: dict | None = None,
-             status: int = 200) -> dict:
-        response = self.loop.run_until_complete(self.fetch(
-            "nbburst", "api", *parts, method=method, params=params, headers=headers, raise_error=False))
+    def call(
+        self,
+        *parts: str,
+        method: str = "GET",
+        params: dict | None = None,
+        headers: dict | None = None,
+        status: int = 200,
+    ) -> dict:
+        response = self.loop.run_until_complete(
+            self.fetch("nbburst", "api", *parts, method=method, params=params, headers=headers, raise_error=False)
+        )
         assert response.headers["Content-Type"].startswith("application/json"), response.headers
         body = json.loads(response.body)
         assert response.code == status, (response.code, body)
@@ -205,8 +227,13 @@ def test_unauthenticated_requests_are_refused(api, store_env):
     job = Burst().submit(print, "secret")
     job.wait(30)
     anonymous = {"Authorization": ""}
-    for parts, method in ((("jobs",), "GET"), (("jobs", job.id), "GET"), (("jobs", job.id, "logs"), "GET"),
-                          (("jobs", job.id), "DELETE"), (("config",), "GET")):
+    for parts, method in (
+        (("jobs",), "GET"),
+        (("jobs", job.id), "GET"),
+        (("jobs", job.id, "logs"), "GET"),
+        (("jobs", job.id), "DELETE"),
+        (("config",), "GET"),
+    ):
         body = api.call(*parts, method=method, headers=anonymous, status=403)
         assert job.id not in json.dumps(body) and "secret" not in json.dumps(body)
     assert api.get("jobs", job.id)["state"] == "SUCCEEDED"  # the refused DELETE did nothing
@@ -274,9 +301,9 @@ def test_supervisor_can_be_turned_off(api, jp_serverapp, server_options):
 
 def test_hosted_supervisor_leaves_jobs_it_cannot_resume(store_env):
     """A job whose key is not in this server's key ring (someone else's) is never touched."""
+    from nbburst.client.supervisor import Lease
     from nbburst.server.manager import JobsManager
     from nbburst.server.supervisor_host import HostedSupervisor
-    from nbburst.supervisor import Lease
 
     burst = Burst()
     job = submit_sleeper(burst, seconds=30)

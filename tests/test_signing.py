@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from nbburst import signing
+from nbburst.protocol import signing
 
 
 def test_sign_and_verify():
@@ -13,12 +13,15 @@ def test_sign_and_verify():
     assert signing.verify(key, signing.sign(key, b"payload")) == b"payload"
 
 
-@pytest.mark.parametrize("mangle", [
-    lambda s: s[:-1] + bytes([s[-1] ^ 1]),  # one bit of the payload
-    lambda s: s[:10] + bytes([s[10] ^ 1]) + s[11:],  # one bit of the tag
-    lambda s: s[len(signing.MAGIC) + 32:],  # signature stripped
-    lambda s: b"",
-])
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda s: s[:-1] + bytes([s[-1] ^ 1]),  # one bit of the payload
+        lambda s: s[:10] + bytes([s[10] ^ 1]) + s[11:],  # one bit of the tag
+        lambda s: s[len(signing.MAGIC) + 32 :],  # signature stripped
+        lambda s: b"",
+    ],
+)
 def test_tampering_is_detected(mangle):
     key = signing.new_key()
     with pytest.raises(signing.SignatureError, match="refusing to load"):

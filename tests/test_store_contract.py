@@ -1,6 +1,6 @@
 """The Store contract, run against every adapter: LocalStore and GCSStore (on a GCS emulator).
 
-The GCS emulator (fake-gcs-server, see nbburst.testing.gcs_emulator) runs once
+The GCS emulator (fake-gcs-server, see nbburst.testing.gcs) runs once
 per session; every test gets a fresh prefix in one bucket.
 """
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture(scope="session")
 def gcs_emulator() -> Iterator[object]:
-    from nbburst.testing.gcs_emulator import GCSEmulator
+    from nbburst.testing.gcs import GCSEmulator
 
     with GCSEmulator() as emulator:
         emulator.create_bucket(BUCKET)
@@ -72,7 +72,7 @@ def _payload(size: int, seed: int = 0) -> bytes:
     out = bytearray()
     counter = 0
     while len(out) < size:
-        out += block[counter % 251:] + block[: counter % 251]
+        out += block[counter % 251 :] + block[: counter % 251]
         counter += 1
     return bytes(out[:size])
 
@@ -274,9 +274,7 @@ def test_delete_prefix(store: Store) -> None:
 # -- large objects ---------------------------------------------------------------------
 
 
-def test_large_streamed_round_trip(
-    store: Store, tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_large_streamed_round_trip(store: Store, tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     data = _payload(20 * MiB + 12345)
     digest = hashlib.sha256(data).hexdigest()
     if backend == "gcs":  # large writes must stream through resumable sessions, not one request
@@ -295,7 +293,7 @@ def test_large_streamed_round_trip(
         view = memoryview(data)
         step = 3 * MiB + 17  # not aligned with any upload chunk size
         for start in range(0, len(view), step):
-            yield view[start:start + step]
+            yield view[start : start + step]
 
     store.put_chunks("big/chunks", chunks())
     source = tmp_path / "big.bin"
@@ -388,15 +386,13 @@ def test_importing_nbburst_store_does_not_import_the_gcs_client() -> None:
     import sys
 
     code = "import sys, nbburst.store; print('google.cloud.storage' in sys.modules)"
-    result = subprocess.run(
-        [sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=ROOT
-    )
+    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
 
 
 def test_emulator_stop_leaves_no_process() -> None:
-    from nbburst.testing.gcs_emulator import GCSEmulator
+    from nbburst.testing.gcs import GCSEmulator
 
     with GCSEmulator() as emulator:
         assert emulator.env() == {"STORAGE_EMULATOR_HOST": f"http://{emulator.host}"}

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from nbburst import supervisor
-from nbburst.capture import capture
-from nbburst.client import Burst, Job
-from nbburst.job import State, Status
+from nbburst.client import supervisor
+from nbburst.client.burst import Burst, Job
+from nbburst.client.capture import capture
 from nbburst.machines.base import GONE, RUNNING, MachineInfo
+from nbburst.protocol.job import State, Status
 
 LOOP = """
 import nbburst, time
@@ -89,8 +89,10 @@ def test_preempted_twice_resumes_from_checkpoints(burst_env):
     # every attempt's lines came to the waiting cell exactly once, in order, after its marker
     text = "".join(r.get("x", "") for r in records if r["s"] in ("stdout", "event"))
     assert text.count("--- attempt 2 ---") == 1 and text.count("--- attempt 3 ---") == 1
-    streamed = {a: [ln for r in records if r["s"] == "stdout" and r["attempt"] == a for ln in r["x"].splitlines()]
-                for a in (1, 2, 3)}
+    streamed = {
+        a: [ln for r in records if r["s"] == "stdout" and r["attempt"] == a for ln in r["x"].splitlines()]
+        for a in (1, 2, 3)
+    }
     assert streamed == {1: one, 2: two, 3: three}
     logs = job.logs()
     assert logs.index("--- attempt 2 ---") < logs.index("--- attempt 3 ---")
@@ -122,8 +124,7 @@ for i in range(200 if resumed is None else 3):
     job = submit(burst, code)
     wait_for(lambda: "ready" in printed(job, 1), what="the cell to start")
     job.preempt(3)
-    wait_for(lambda: job.supervise() in (State.PROVISIONING, State.RUNNING) and job.attempt == 2,
-             what="a relaunch")
+    wait_for(lambda: job.supervise() in (State.PROVISIONING, State.RUNNING) and job.attempt == 2, what="a relaunch")
     assert job.wait(timeout=60) == State.SUCCEEDED
     values = job.outcome().values
     assert values["resumed"] is not None and values["resumed"] >= 5
@@ -135,8 +136,10 @@ for i in range(200 if resumed is None else 3):
     job2.preempt(0)
     statuses = job2.statuses()
     assert statuses[-1].state in (State.RUNNING, State.PREEMPTED)
-    wait_for(lambda: job2.state in (State.PREEMPTED, State.PROVISIONING, State.RUNNING) and job2.state != State.FAILED,
-             what="PREEMPTED")
+    wait_for(
+        lambda: job2.state in (State.PREEMPTED, State.PROVISIONING, State.RUNNING) and job2.state != State.FAILED,
+        what="PREEMPTED",
+    )
     assert job2.wait(timeout=60) == State.SUCCEEDED
     assert job2.outcome().values["result"] == expected_loop(6)
     assert [r["state"] for r in job2.attempts()][0] == "PREEMPTED"
@@ -213,8 +216,9 @@ best = search.best_params_
     assert values["best"] == ns["best"]
     for k, v in ns["results"].items():
         got = values["results"][k]
-        assert list(map(repr, got)) == list(map(repr, v)) if k.startswith("param") or k == "params" else \
-            (got == v).all(), k
+        assert (
+            list(map(repr, got)) == list(map(repr, v)) if k.startswith("param") or k == "params" else (got == v).all()
+        ), k
 
 
 def test_agent_watches_the_metadata_server(burst_env, monkeypatch):

@@ -55,22 +55,24 @@ def errors(nb: nbformat.NotebookNode) -> list[str]:
 
 
 def test_view_follows_a_blocking_cell_and_ends_in_a_summary(burst_env):
-    nb = run_notebook([
-        "%load_ext nbburst",
-        "%%burst --name viewed\n"
-        "import time, nbburst\n"
-        "from tqdm import tqdm\n"
-        "for i in tqdm(range(12), desc='fit'):\n"
-        "    time.sleep(0.1)\n"
-        "print('remote hello', flush=True)\n"
-        "for k in range(3):\n"
-        "    nbburst.progress(k + 1, 3, 'score')\n"
-        "    time.sleep(0.05)\n"
-        "answer = 6 * 7\n"
-        "answer",
-        "print(answer)",
-        "import time; time.sleep(1.5)",  # widget updates after the last cell are lost (FIELD-NOTES)
-    ])
+    nb = run_notebook(
+        [
+            "%load_ext nbburst",
+            "%%burst --name viewed\n"
+            "import time, nbburst\n"
+            "from tqdm import tqdm\n"
+            "for i in tqdm(range(12), desc='fit'):\n"
+            "    time.sleep(0.1)\n"
+            "print('remote hello', flush=True)\n"
+            "for k in range(3):\n"
+            "    nbburst.progress(k + 1, 3, 'score')\n"
+            "    time.sleep(0.05)\n"
+            "answer = 6 * 7\n"
+            "answer",
+            "print(answer)",
+            "import time; time.sleep(1.5)",  # widget updates after the last cell are lost (FIELD-NOTES)
+        ]
+    )
     assert errors(nb) == []
     cell = nb.cells[1]
     # the cell's own outputs are still normal outputs, next to the view
@@ -121,13 +123,31 @@ class FakeJob:
         self._tail = FakeTail()
         self.cancelled = False
         self.data = {
-            "id": self.id, "name": self.name, "state": "RUNNING", "attempt": 2, "backend": "gce", "kind": "cell",
-            "machine": {"type": "n2-standard-64", "cores": 64, "memory_gb": 256, "gpu": None, "gpu_count": 0,
-                        "spot": True, "zone": "us-central1-a"},
-            "created": now - 90, "started": now - 60, "ended": None, "elapsed_s": 60.0,
-            "cost_usd": 0.0123, "cost_per_hour_usd": 0.7588, "saving_usd": 0.04,
+            "id": self.id,
+            "name": self.name,
+            "state": "RUNNING",
+            "attempt": 2,
+            "backend": "gce",
+            "kind": "cell",
+            "machine": {
+                "type": "n2-standard-64",
+                "cores": 64,
+                "memory_gb": 256,
+                "gpu": None,
+                "gpu_count": 0,
+                "spot": True,
+                "zone": "us-central1-a",
+            },
+            "created": now - 90,
+            "started": now - 60,
+            "ended": None,
+            "elapsed_s": 60.0,
+            "cost_usd": 0.0123,
+            "cost_per_hour_usd": 0.7588,
+            "saving_usd": 0.04,
             "cost": {"total": 0.0123, "on_demand": 0.0523, "saving": 0.04, "per_hour": 0.7588, "seconds": 60},
-            "progress": {"done": 45, "total": 100, "desc": "fit"}, "message": "",
+            "progress": {"done": 45, "total": 100, "desc": "fit"},
+            "message": "",
         }
         self.data.update(info)
 
@@ -138,7 +158,7 @@ class FakeJob:
         return self._tail
 
     def supervise(self):
-        from nbburst.job import State
+        from nbburst.protocol.job import State
 
         return State(self.data["state"])
 
@@ -168,8 +188,12 @@ def test_view_renders_machine_cost_progress_and_saving():
     assert "epoch 1" in tail and "100%|##########" in tail and "50%" not in tail and "done" in tail
     assert view.full_log.outputs and "50%|#####" in view.full_log.outputs[0]["text"]
 
-    job.data.update(state="SUCCEEDED", ended=job.data["created"] + 125, cost_usd=0.0263,
-                    cost={"total": 0.0263, "on_demand": 0.108, "saving": 0.0817, "per_hour": 0.7588, "seconds": 120})
+    job.data.update(
+        state="SUCCEEDED",
+        ended=job.data["created"] + 125,
+        cost_usd=0.0263,
+        cost={"total": 0.0263, "on_demand": 0.108, "saving": 0.0817, "per_hour": 0.7588, "seconds": 120},
+    )
     view.finish()
     summary = view.summary.value
     assert "SUCCEEDED" in summary and "in 2m 05s" in summary and "$0.0263" in summary
@@ -227,7 +251,7 @@ def test_tqdm_in_the_cell_reports_progress(monkeypatch):
 
 def test_view_shows_the_machine_console_while_it_boots(burst_env, monkeypatch):
     """A machine that is slow or failing to boot shows its console (the serial port on Compute Engine)."""
-    from nbburst.client import Burst
+    from nbburst.client.burst import Burst
     from nbburst.machines.local import LocalMachines
     from nbburst.ui.view import JobView
 

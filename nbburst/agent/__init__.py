@@ -4,5 +4,5 @@ It reads the job from the Store, checks the environment, runs the cell in a
 child process group (so a timeout or cancellation can stop everything the cell
 started), ships its output and status back through the Store, commits the
 result, and ends its machine. It shares nothing with the client but the Store
-and the job protocol (:mod:`nbburst.job`).
+and the job protocol (:mod:`nbburst.protocol.job`).
 """

@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import signing
 from ..checkpoint import quote, write_atomic
-from ..job import JobLayout
+from ..protocol import signing
+from ..protocol.job import JobLayout
 from ..store import AlreadyExists, NotFound, Store
 
 SYNC_SECONDS = 1.0
@@ -111,7 +111,7 @@ def restore(store: Store, layout: JobLayout, key: bytes, root: Path) -> dict[str
         counts["loops"] = len(head["loops"])
     for obj in listed:
         if obj.startswith(keys.files):
-            rel = obj[len(keys.files):]
+            rel = obj[len(keys.files) :]
             _download_verified(store, key, obj, root / "folder" / rel, f"checkpoint file {rel}")
             counts["files"] += 1
         elif obj.startswith(keys.tasks):
@@ -139,8 +139,9 @@ class Syncer:
         # What the Store holds, as far as we know: everything restored is there already.
         self.state_up: set[str] = {rel for rel in _walk(root / "state") if rel.endswith(".pkl")}
         self.manifest_up: bytes | None = _read_or_none(root / "state" / "manifest.json")
-        self.files_up: dict[str, tuple[int, int]] = {rel: _stat(root / "folder" / rel)
-                                                     for rel in _walk(root / "folder")}
+        self.files_up: dict[str, tuple[int, int]] = {
+            rel: _stat(root / "folder" / rel) for rel in _walk(root / "folder")
+        }
         self.files_seen: dict[str, tuple[int, int]] = dict(self.files_up)
         self.tasks_up: set[str] = {name for name in _names(root / "tasks") if name.endswith(".pkl")}
         self.batch_seq = 0
@@ -225,7 +226,7 @@ class Syncer:
         folder = self.root / "tasks"
         new = sorted(n for n in _names(folder) if n.endswith(".pkl") and n not in self.tasks_up)
         for i in range(0, len(new), TASK_BATCH_MAX):
-            names = new[i:i + TASK_BATCH_MAX]
+            names = new[i : i + TASK_BATCH_MAX]
             batch = {}
             for name in names:
                 data = _read_or_none(folder / name)
@@ -293,7 +294,7 @@ def summary(counts: dict[str, Any]) -> str:
 def start_in_runner(store: Store, layout: JobLayout, key: bytes, channel: Any, control_fd: int | None) -> Syncer | None:
     """In the runner, before the cell: checkpoints go to the Store, joblib tasks resume, notices are heard."""
     from .. import checkpoint
-    from ..job import ENV_ATTEMPT
+    from ..protocol.job import ENV_ATTEMPT
     from . import preemption, resume
 
     where = os.environ.get(checkpoint.ENV_DIR)

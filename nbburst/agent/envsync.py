@@ -1,7 +1,7 @@
 """Match the machine's packages to the notebook's before the cell runs.
 
 The client lists, in the job's signed ``dist/manifest.json`` (see
-:mod:`nbburst.dist`), the distributions the job is likely to need at the
+:mod:`nbburst.protocol.dist`), the distributions the job is likely to need at the
 notebook's versions. Here the agent installs those that are missing or at
 another version, with ``pip install --no-deps`` into the environment it runs
 in (on Compute Engine the venv on the boot disk, with a pip cache beside it,
@@ -22,8 +22,8 @@ import time
 from importlib import invalidate_caches
 from typing import TYPE_CHECKING
 
-from ..dist import verify_manifest
-from ..env import package_differences
+from ..protocol.dist import verify_manifest
+from ..protocol.env import package_differences
 from ..store import NotFound
 
 if TYPE_CHECKING:
@@ -35,8 +35,17 @@ PIP_TIMEOUT_S = 1800
 
 
 def pip_command(packages: dict[str, str]) -> list[str]:
-    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check",
-           "--no-warn-script-location", "--progress-bar", "off"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "--no-warn-script-location",
+        "--progress-bar",
+        "off",
+    ]
     home = os.environ.get("NBBURST_HOME")
     if home:
         cmd += ["--cache-dir", os.path.join(home, "pip-cache")]
@@ -60,14 +69,17 @@ def sync(agent: Agent) -> None:
         return
     listed = ", ".join(f"{n}=={v}" for n, v in todo.items())
     if os.environ.get(ENV_SYNCED):
-        agent.shipper.event(f"nbburst: warning: still different from the notebook after installing: {listed}; "
-                            "the job's inputs may not load")
+        agent.shipper.event(
+            f"nbburst: warning: still different from the notebook after installing: {listed}; "
+            "the job's inputs may not load"
+        )
         return
     agent.shipper.event(f"nbburst: installing {len(todo)} package(s) to match the notebook: {listed}")
     agent.shipper.flush()
     try:
-        proc = subprocess.run(pip_command(todo), capture_output=True, text=True, timeout=PIP_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            pip_command(todo), capture_output=True, text=True, timeout=PIP_TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
         ok = proc.returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         ok = False
@@ -75,13 +87,19 @@ def sync(agent: Agent) -> None:
         # One at a time, so one package that cannot be had does not block the others.
         failed = []
         for name, version in todo.items():
-            one = subprocess.run(pip_command({name: version}), capture_output=True, text=True,
-                                 timeout=PIP_TIMEOUT_S, stdin=subprocess.DEVNULL)
+            one = subprocess.run(
+                pip_command({name: version}),
+                capture_output=True,
+                text=True,
+                timeout=PIP_TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
+            )
             if one.returncode:
                 failed.append(f"{name}=={version}: {_last_line(one.stderr or one.stdout)}")
         if failed:
-            agent.shipper.event("nbburst: warning: could not install " + "; ".join(failed)
-                                + " — the job's inputs may not load")
+            agent.shipper.event(
+                "nbburst: warning: could not install " + "; ".join(failed) + " — the job's inputs may not load"
+            )
         if len(failed) == len(todo):
             agent.shipper.flush()
             return

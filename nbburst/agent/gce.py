@@ -28,8 +28,8 @@ import urllib.error
 import urllib.request
 import uuid
 
-from ..job import ENV_JOB_KEY, QUICK_STALE_SECONDS, JobLayout, State, Status
-from ..metadata import metadata, on_gce
+from ..protocol.job import ENV_JOB_KEY, QUICK_STALE_SECONDS, JobLayout, State, Status
+from ..protocol.metadata import metadata, on_gce
 
 DEFAULT_ENDPOINT = "https://compute.googleapis.com"
 COMPUTE_SCOPES = ("https://www.googleapis.com/auth/cloud-platform", "https://www.googleapis.com/auth/compute")
@@ -85,8 +85,7 @@ def delete_instance(project: str, zone: str, name: str) -> str | None:
         scopes = _metadata("instance/service-accounts/default/scopes")
         if scopes is not None and not any(s in scopes.split() for s in COMPUTE_SCOPES):
             return "the VM's service account has no compute scope"
-    url = (f"{endpoint.rstrip('/')}/compute/v1/projects/{project}/zones/{zone}/instances/{name}"
-           f"?requestId={uuid.uuid4()}")
+    url = f"{endpoint.rstrip('/')}/compute/v1/projects/{project}/zones/{zone}/instances/{name}?requestId={uuid.uuid4()}"
     request = urllib.request.Request(url, method="DELETE", headers=headers)
     for attempt in range(3):
         try:

@@ -17,9 +17,9 @@ import time
 import traceback
 from typing import Any
 
-from .. import payload, signing
-from ..env import python_mismatch
-from ..job import (
+from ..protocol import payload, signing
+from ..protocol.env import python_mismatch
+from ..protocol.job import (
     ENV_ATTEMPT,
     ENV_CPUS,
     ENV_JOB_KEY,
@@ -30,8 +30,8 @@ from ..job import (
     State,
     Status,
 )
-from ..metadata import metadata, on_gce
-from ..outcome import commit_terminal, error_summary, timeout_reason
+from ..protocol.metadata import metadata, on_gce
+from ..protocol.outcome import commit_terminal, error_summary, timeout_reason
 from ..store import NotFound, Store, open_store
 from . import preemption
 from .checkpoints import local_root, restore, summary
@@ -171,8 +171,9 @@ class Agent:
             self.shipper.flush()
             return self.commit_terminal(State.FAILED, str(exc))
         if self.attempt > 1:
-            self.shipper.event(f"nbburst: attempt {self.attempt} on {self.ident.machine}, resuming from "
-                               f"{summary(restored)}")
+            self.shipper.event(
+                f"nbburst: attempt {self.attempt} on {self.ident.machine}, resuming from {summary(restored)}"
+            )
         if self.stop_reason is not None:  # preempted, cancelled or out of time while restoring
             self.shipper.flush()
             return self._finish(0)
@@ -196,8 +197,9 @@ class Agent:
                 from .runner import redirect_std, run
 
                 redirect_std(out_w, err_w)
-                code = run(open_store(self.store.url), self.layout, self.spec, self.ident.key, Channel(ev_w),
-                           control_fd=ctl_r)
+                code = run(
+                    open_store(self.store.url), self.layout, self.spec, self.ident.key, Channel(ev_w), control_fd=ctl_r
+                )
             except BaseException:
                 traceback.print_exc()
             finally:

@@ -32,8 +32,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..job import State
-from ..metadata import host as metadata_host
+from ..protocol.job import State
+from ..protocol.metadata import host as metadata_host
 
 #: Seconds the runner gets for hooks + checkpoint upload, if nothing else says.
 LOCAL_BUDGET = 1.5
@@ -116,8 +116,10 @@ def soft_off(agent: Any, reason: str) -> None:
         acked = control.ask("preempt", budget())
     if agent.runner_pid is not None and not acked and _alive(agent.runner_pid):
         try:
-            agent.shipper.event(f"nbburst: the cell did not finish its preemption work in "
-                                f"{time.monotonic() - started:.1f} s; stopping it anyway")
+            agent.shipper.event(
+                f"nbburst: the cell did not finish its preemption work in "
+                f"{time.monotonic() - started:.1f} s; stopping it anyway"
+            )
         except Exception:
             pass
     agent._stop_runner(State.PREEMPTED, reason)
@@ -149,8 +151,12 @@ def install(agent: Any) -> MetadataWatcher | None:
     """SIGTERM = soft-off; watch the metadata server when there is one."""
 
     def on_sigterm(signum: int, frame: Any) -> None:
-        threading.Thread(target=soft_off, args=(agent, "the machine is shutting down (soft-off signal)"),
-                         name="nbburst-soft-off", daemon=True).start()
+        threading.Thread(
+            target=soft_off,
+            args=(agent, "the machine is shutting down (soft-off signal)"),
+            name="nbburst-soft-off",
+            daemon=True,
+        ).start()
 
     signal.signal(signal.SIGTERM, on_sigterm)
     host = metadata_host()
@@ -174,10 +180,13 @@ class MetadataWatcher:
         self.threads: list[threading.Thread] = []
 
     def start(self) -> MetadataWatcher:
-        for path, handler in (("instance/preempted", self._preempted),
-                              ("instance/maintenance-event", self._maintenance)):
-            t = threading.Thread(target=self._watch, args=(path, handler), daemon=True,
-                                 name=f"nbburst-watch-{path.rsplit('/', 1)[-1]}")
+        for path, handler in (
+            ("instance/preempted", self._preempted),
+            ("instance/maintenance-event", self._maintenance),
+        ):
+            t = threading.Thread(
+                target=self._watch, args=(path, handler), daemon=True, name=f"nbburst-watch-{path.rsplit('/', 1)[-1]}"
+            )
             t.start()
             self.threads.append(t)
         return self

@@ -94,8 +94,12 @@ def stats() -> dict[str, int]:
 def _call(self: Any, iterable: Any) -> Any:
     original = _state["original"]
     folder = _state["dir"]
-    if (folder is None or _state["depth"] > 0 or threading.current_thread() is not threading.main_thread()
-            or getattr(self, "return_ordered", True) is False):
+    if (
+        folder is None
+        or _state["depth"] > 0
+        or threading.current_thread() is not threading.main_thread()
+        or getattr(self, "return_ordered", True) is False
+    ):
         return original(self, iterable)
     tasks = list(iterable)
     with _lock:
@@ -219,8 +223,15 @@ def _task_keys(call_index: int, tasks: list[Any]) -> list[str]:
     keys = []
     for index, (func, args, kwargs) in enumerate(tasks):
         func = getattr(func, "function", func)  # sklearn's _FuncWrapper: its config is not the task
-        token = ("nbburst-task", 2, call_index, index, part(func), tuple(part(a) for a in args),
-                 sorted((k, part(v)) for k, v in kwargs.items()))
+        token = (
+            "nbburst-task",
+            2,
+            call_index,
+            index,
+            part(func),
+            tuple(part(a) for a in args),
+            sorted((k, part(v)) for k, v in kwargs.items()),
+        )
         keys.append(Hasher(hash_name="sha1").hash(token))
     return keys
 
@@ -269,8 +280,7 @@ def _code_token(code: types.CodeType) -> tuple[Any, ...]:
 
 def _function_token(fn: types.FunctionType) -> tuple[Any, ...]:
     closure = tuple(_cell(c) for c in fn.__closure__ or ())
-    return ("nbburst-function", fn.__qualname__, _code_token(fn.__code__), fn.__defaults__, fn.__kwdefaults__,
-            closure)
+    return ("nbburst-function", fn.__qualname__, _code_token(fn.__code__), fn.__defaults__, fn.__kwdefaults__, closure)
 
 
 def _cell(cell: Any) -> Any:

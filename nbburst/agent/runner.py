@@ -16,8 +16,8 @@ import threading
 import time
 from typing import Any
 
-from .. import payload, signing
-from ..job import JobLayout, JobSpec, blob_key
+from ..protocol import payload, signing
+from ..protocol.job import JobLayout, JobSpec, blob_key
 from ..store import AlreadyExists, Store
 from . import channel as channel_module
 from .channel import Channel, flush_c_streams, format_object
@@ -113,8 +113,9 @@ def _trim(tb, filename: str):
     return head or tb
 
 
-def run(store: Store, layout: JobLayout, spec: JobSpec, key: bytes, channel: Channel,
-        control_fd: int | None = None) -> int:
+def run(
+    store: Store, layout: JobLayout, spec: JobSpec, key: bytes, channel: Channel, control_fd: int | None = None
+) -> int:
     """Execute the job; commit result.pkl or error.pkl (create-only, signed).
 
     ``control_fd`` is the agent's control pipe (preemption notices): see agent/preemption.py."""
@@ -122,6 +123,7 @@ def run(store: Store, layout: JobLayout, spec: JobSpec, key: bytes, channel: Cha
 
     reporting._channel = channel
     from .tqdm_hook import install as install_tqdm_hook  # tqdm bars in the cell feed the job's progress
+
     install_tqdm_hook()
     from .checkpoints import start_in_runner  # nbburst.checkpoint, joblib resume, preemption notices
 
@@ -207,9 +209,14 @@ def _commit_error(store: Store, layout: JobLayout, key: bytes, exc: BaseExceptio
     tb = _trim(exc.__traceback__, filename)
     exc = exc.with_traceback(tb)
     text = "".join(traceback.format_exception(type(exc), exc, tb))
-    info = {"type": f"{type(exc).__module__}.{type(exc).__qualname__}", "message": str(exc), "traceback": text,
-            "source": linecache.cache.get(filename, (0, None, [], ""))[2], "filename": filename,
-            "at": time.time()}
+    info = {
+        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "message": str(exc),
+        "traceback": text,
+        "source": linecache.cache.get(filename, (0, None, [], ""))[2],
+        "filename": filename,
+        "at": time.time(),
+    }
     try:
         pickling_support.install(exc)
         data = payload.encode({**info, "exc": exc}).tobytes()

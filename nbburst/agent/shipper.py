@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..job import JobLayout, encode_records
+from ..protocol.job import JobLayout, encode_records
 from ..store import Store
 
 FLUSH_SECONDS = 0.2
@@ -24,8 +24,9 @@ MAX_CHUNK = 1 << 20
 
 
 class Shipper:
-    def __init__(self, store: Store, layout: JobLayout, attempt: int,
-                 on_event: Callable[[dict[str, Any]], None] | None = None):
+    def __init__(
+        self, store: Store, layout: JobLayout, attempt: int, on_event: Callable[[dict[str, Any]], None] | None = None
+    ):
         self.store, self.layout, self.attempt = store, layout, attempt
         self.on_event = on_event
         self.seq = len(store.list(layout.attempt_logs(attempt)))
@@ -64,8 +65,9 @@ class Shipper:
     # -- pumping file descriptors -------------------------------------------------
     def pump(self, stdout_fd: int, stderr_fd: int, events_fd: int) -> None:
         """Start a thread reading the three pipes until they all close."""
-        self._thread = threading.Thread(target=self._pump, args=(stdout_fd, stderr_fd, events_fd),
-                                        name="nbburst-shipper", daemon=True)
+        self._thread = threading.Thread(
+            target=self._pump, args=(stdout_fd, stderr_fd, events_fd), name="nbburst-shipper", daemon=True
+        )
         self._thread.start()
 
     def join(self, timeout: float | None = None) -> None:
@@ -75,8 +77,10 @@ class Shipper:
 
     def _pump(self, stdout_fd: int, stderr_fd: int, events_fd: int) -> None:
         sel = selectors.DefaultSelector()
-        decoders = {stdout_fd: codecs.getincrementaldecoder("utf-8")("replace"),
-                    stderr_fd: codecs.getincrementaldecoder("utf-8")("replace")}
+        decoders = {
+            stdout_fd: codecs.getincrementaldecoder("utf-8")("replace"),
+            stderr_fd: codecs.getincrementaldecoder("utf-8")("replace"),
+        }
         names = {stdout_fd: "stdout", stderr_fd: "stderr"}
         partial_event = b""
         for fd in (stdout_fd, stderr_fd, events_fd):

@@ -14,7 +14,7 @@ __all__ = ["MachineInfo", "Machines", "Plan", "open_machines"]
 
 def open_machines(backend: str, settings: NBBurst) -> Machines:
     if backend == "gce":
-        from .gce import GCEMachines
+        from .gce.machines import GCEMachines
 
         return GCEMachines(settings)
     from .local import LocalMachines

@@ -12,7 +12,7 @@ import abc
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..job import JobSpec, Resources
+from ..protocol.job import JobSpec, Resources
 
 # Machine states as the client sees them. STOPPED and GONE without a terminal
 # job state mean the job was preempted.

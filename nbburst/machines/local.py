@@ -20,11 +20,17 @@ import psutil
 
 from .. import config
 from ..errors import UnsupportedOption, UsageError
-from ..job import ENV_ATTEMPT, ENV_CPUS, ENV_JOB_KEY, ENV_MACHINE, JobSpec, Resources
+from ..protocol.job import ENV_ATTEMPT, ENV_CPUS, ENV_JOB_KEY, ENV_MACHINE, JobSpec, Resources
 from .base import GONE, RUNNING, Check, MachineInfo, Machines, Plan, machine_name
 
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
-               "VECLIB_MAXIMUM_THREADS", "LOKY_MAX_CPU_COUNT")
+THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "LOKY_MAX_CPU_COUNT",
+)
 _GCE_ONLY = ("machine_type", "zone", "image", "image_family")
 
 
@@ -67,9 +73,16 @@ class LocalMachines(Machines):
                 f"--memory {resources.memory_gb:g}: this machine has {total_gb:.1f} GB; "
                 "ask for less, or use --backend gce"
             )
-        return Plan(machine_type="local", cores=cores, memory_gb=round(total_gb, 1), spot=False,
-                    reason=f"local process group pinned to {cores} of {len(cpus)} CPUs",
-                    price_per_hour=0.0, on_demand_price_per_hour=0.0, extra={"cpus": cpus[:cores]})
+        return Plan(
+            machine_type="local",
+            cores=cores,
+            memory_gb=round(total_gb, 1),
+            spot=False,
+            reason=f"local process group pinned to {cores} of {len(cpus)} CPUs",
+            price_per_hour=0.0,
+            on_demand_price_per_hour=0.0,
+            extra={"cpus": cpus[:cores]},
+        )
 
     # -- lifecycle ----------------------------------------------------------
     def _record(self, name: str) -> Path:
@@ -84,24 +97,45 @@ class LocalMachines(Machines):
         env = dict(os.environ)
         for var in THREAD_VARS:
             env[var] = str(len(cpus))
-        env.update({ENV_JOB_KEY: key.hex(), ENV_MACHINE: name, ENV_ATTEMPT: str(attempt),
-                    ENV_CPUS: ",".join(map(str, cpus)), "PYTHONUNBUFFERED": "1"})
+        env.update(
+            {
+                ENV_JOB_KEY: key.hex(),
+                ENV_MACHINE: name,
+                ENV_ATTEMPT: str(attempt),
+                ENV_CPUS: ",".join(map(str, cpus)),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         env.pop("MPLBACKEND", None)
         self.folder.mkdir(parents=True, exist_ok=True)
         console = open(self.console_path(name), "ab")
         proc = subprocess.Popen(
             [sys.executable, "-m", "nbburst.agent", job_url],
-            env=env, stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
-            start_new_session=True, close_fds=True, cwd=str(self.folder),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            cwd=str(self.folder),
         )
         console.close()
         # Reap the child when it exits so it never lingers as a zombie in the kernel.
         threading.Thread(target=proc.wait, daemon=True, name=f"reap-{name}").start()
         started = psutil.Process(proc.pid).create_time()
-        self._record(name).write_text(json.dumps({
-            "name": name, "job_id": spec.job_id, "pid": proc.pid, "started": started,
-            "attempt": attempt, "created": time.time(), "cores": len(cpus),
-        }))
+        self._record(name).write_text(
+            json.dumps(
+                {
+                    "name": name,
+                    "job_id": spec.job_id,
+                    "pid": proc.pid,
+                    "started": started,
+                    "attempt": attempt,
+                    "created": time.time(),
+                    "cores": len(cpus),
+                }
+            )
+        )
         return name
 
     def restart(self, name: str, spec: JobSpec, job_url: str, key: bytes, attempt: int) -> str:
@@ -128,9 +162,15 @@ class LocalMachines(Machines):
         if record is None:
             return MachineInfo(name=name, job_id="", state=GONE)
         alive = self._process(record) is not None
-        return MachineInfo(name=name, job_id=record["job_id"], state=RUNNING if alive else GONE,
-                           attempt=record.get("attempt", 0), created=record.get("created", 0.0),
-                           detail=f"pid {record['pid']}", labels={"nbburst-job": record["job_id"]})
+        return MachineInfo(
+            name=name,
+            job_id=record["job_id"],
+            state=RUNNING if alive else GONE,
+            attempt=record.get("attempt", 0),
+            created=record.get("created", 0.0),
+            detail=f"pid {record['pid']}",
+            labels={"nbburst-job": record["job_id"]},
+        )
 
     def _group(self, record: dict) -> list[psutil.Process]:
         proc = self._process(record)
@@ -189,13 +229,22 @@ class LocalMachines(Machines):
 
     def doctor(self) -> list[Check]:
         checks = []
-        probe = subprocess.run([sys.executable, "-c", "import nbburst.agent.main, sys; print(sys.version.split()[0])"],
-                               capture_output=True, text=True, timeout=60)
-        checks.append(Check(
-            "python", probe.returncode == 0,
-            f"{sys.executable} (Python {probe.stdout.strip() or '?'}) runs the agent" if probe.returncode == 0
-            else f"{sys.executable} cannot import the agent: {probe.stderr.strip().splitlines()[-1:]}",
-            fix="" if probe.returncode == 0 else "reinstall nbburst in this environment (pip install nbburst)"))
+        probe = subprocess.run(
+            [sys.executable, "-c", "import nbburst.agent.main, sys; print(sys.version.split()[0])"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        checks.append(
+            Check(
+                "python",
+                probe.returncode == 0,
+                f"{sys.executable} (Python {probe.stdout.strip() or '?'}) runs the agent"
+                if probe.returncode == 0
+                else f"{sys.executable} cannot import the agent: {probe.stderr.strip().splitlines()[-1:]}",
+                fix="" if probe.returncode == 0 else "reinstall nbburst in this environment (pip install nbburst)",
+            )
+        )
         cpus = available_cpus()
         checks.append(Check("cpus", True, f"{len(cpus)} CPUs for local machines (--cores up to {len(cpus)})"))
         try:
@@ -205,8 +254,14 @@ class LocalMachines(Machines):
             probe_file.unlink()
             checks.append(Check("machine registry", True, str(self.folder)))
         except OSError as exc:
-            checks.append(Check("machine registry", False, f"{self.folder}: {exc}",
-                                fix="set a writable state_dir (c.NBBurst.state_dir or $NBBURST_STATE_DIR)"))
+            checks.append(
+                Check(
+                    "machine registry",
+                    False,
+                    f"{self.folder}: {exc}",
+                    fix="set a writable state_dir (c.NBBurst.state_dir or $NBBURST_STATE_DIR)",
+                )
+            )
         return checks
 
     def console(self, name: str) -> str:
@@ -214,6 +269,3 @@ class LocalMachines(Machines):
             return self.console_path(name).read_text(errors="replace")
         except FileNotFoundError:
             return ""
-
-
-

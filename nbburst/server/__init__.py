@@ -33,15 +33,14 @@ class Extension:
 
     def __init__(self, serverapp: Any):
         from .. import config
-        from ..client import Burst
+        from ..client.burst import Burst
         from .manager import JobsManager
         from .supervisor_host import HostedSupervisor
 
         self.serverapp = serverapp
         self.log = serverapp.log
         self.options = NBBurstServer(config=serverapp.config)
-        self.executor = ThreadPoolExecutor(max_workers=max(1, self.options.threads),
-                                           thread_name_prefix="nbburst-api")
+        self.executor = ThreadPoolExecutor(max_workers=max(1, self.options.threads), thread_name_prefix="nbburst-api")
         self.manager: JobsManager | None = None
         self.problem = ""
         self.where = ""
@@ -54,8 +53,9 @@ class Extension:
             self.problem = str(exc)
             self.log.error("nbburst: cannot configure the server extension: %s", exc)
         if self.manager is not None and self.options.supervise:
-            self.supervisor = HostedSupervisor(self.manager, self.options.supervise_interval,
-                                               alive=self._server_alive, log=self.log)
+            self.supervisor = HostedSupervisor(
+                self.manager, self.options.supervise_interval, alive=self._server_alive, log=self.log
+            )
         self.stopped = False
 
     def _server_alive(self) -> bool:
@@ -92,9 +92,11 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     web_app.settings[SETTINGS_KEY] = extension
     web_app.add_handlers(".*$", handlers(web_app.settings["base_url"]))
     extension.start()
-    serverapp.log.info("nbburst: REST API at /nbburst/api/, jobs in %s, hosted supervisor %s",
-                       extension.where or "(not configured)",
-                       "on" if extension.supervisor else "off")
+    serverapp.log.info(
+        "nbburst: REST API at /nbburst/api/, jobs in %s, hosted supervisor %s",
+        extension.where or "(not configured)",
+        "on" if extension.supervisor else "off",
+    )
 
 
 def stop(serverapp: Any) -> None:

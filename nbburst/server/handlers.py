@@ -24,6 +24,7 @@ from .manager import JobsManager
 API = "nbburst/api"
 SETTINGS_KEY = "nbburst"
 
+
 class ApiError(web.HTTPError):
     """An error answered as ``{"message": ...}`` with ``status``."""
 

@@ -14,15 +14,16 @@ from collections import OrderedDict
 from typing import Any
 
 from .. import config
-from ..client import Burst, Job, render_text
+from ..client.burst import Burst, Job, render_text
 from ..errors import JobNotFound, UsageError
-from ..job import State, decode_records
+from ..protocol.job import State, decode_records
 from ..store import NotFound
 
 #: The most log text one response carries (characters); the client pages with next_offset.
 MAX_LOG_CHARS = 256 * 1024
 #: Rendered chunk texts kept in memory (characters, summed).
 TEXT_CACHE_CHARS = 8 * 1024 * 1024
+
 
 class JobsManager:
     """The server's view of the jobs in the configured Store."""
@@ -92,12 +93,22 @@ class JobsManager:
 
     def detail(self, ref: str) -> dict[str, Any]:
         """The summary plus the attempts (an attempt followed by another one was preempted)."""
-        from ..supervisor import attempts
+        from ..client.supervisor import attempts
 
         job = self.job(ref)
         info = self.info(job)
-        rows = [{"attempt": a["attempt"], "state": a["state"], "started": a["start"], "ended": a["end"],
-                 "seconds": a["seconds"], "machine": a["machine"], "message": a["message"]} for a in attempts(job)]
+        rows = [
+            {
+                "attempt": a["attempt"],
+                "state": a["state"],
+                "started": a["start"],
+                "ended": a["end"],
+                "seconds": a["seconds"],
+                "machine": a["machine"],
+                "message": a["message"],
+            }
+            for a in attempts(job)
+        ]
         if rows and State(info["state"]).terminal:
             rows[-1]["state"] = info["state"]  # the verdict, even if it was committed after we looked
         return {**info, "attempts": rows}
@@ -121,8 +132,14 @@ class JobsManager:
         elif attempt > latest:
             raise JobNotFound(f"no attempt {attempt} of job {job.id}: it has {latest}")
         text, offset = self._slice(store, store.list(job.layout.attempt_logs(attempt)), offset)
-        return {"attempt": attempt, "attempts": attempts, "offset": offset, "next_offset": offset + len(text),
-                "text": text, "complete": complete or attempt < latest}
+        return {
+            "attempt": attempt,
+            "attempts": attempts,
+            "offset": offset,
+            "next_offset": offset + len(text),
+            "text": text,
+            "complete": complete or attempt < latest,
+        }
 
     def _slice(self, store: Any, keys: list[str], offset: int) -> tuple[str, int]:
         """``(text, offset)``: the rendered log from ``offset`` (clamped to its length), at most MAX_LOG_CHARS."""
@@ -137,7 +154,7 @@ class JobsManager:
             text = self._chunk(store, key)
             length = len(text)
             if pos + length > offset and wanted > 0:
-                piece = text[max(0, offset - pos):][:wanted]
+                piece = text[max(0, offset - pos) :][:wanted]
                 parts.append(piece)
                 wanted -= len(piece)
             pos += length

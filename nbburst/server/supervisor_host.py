@@ -21,8 +21,13 @@ from .manager import JobsManager
 
 
 class HostedSupervisor:
-    def __init__(self, manager: JobsManager, interval: float = 5.0, alive: Callable[[], bool] | None = None,
-                 log: logging.Logger | None = None):
+    def __init__(
+        self,
+        manager: JobsManager,
+        interval: float = 5.0,
+        alive: Callable[[], bool] | None = None,
+        log: logging.Logger | None = None,
+    ):
         self.manager = manager
         self.log = log or logging.getLogger("nbburst.server")
         self.interval = interval
@@ -82,8 +87,9 @@ class HostedSupervisor:
                     self.manager.info(job)  # caches it: never looked at again
                 elif job.attempt > before:
                     relaunched += 1
-                    self.log.info("nbburst: relaunched preempted job %s (%s), attempt %d",
-                                  job.name, job.id, job.attempt)
+                    self.log.info(
+                        "nbburst: relaunched preempted job %s (%s), attempt %d", job.name, job.id, job.attempt
+                    )
                 self._reported.pop(job.id, None)
             except Exception as exc:
                 self._report(job.id, f"job {job.id}: {type(exc).__name__}: {exc}")
@@ -94,4 +100,3 @@ class HostedSupervisor:
         if self._reported.get(key) != message:
             self._reported[key] = message
             self.log.warning("nbburst: hosted supervisor: %s", message)
-

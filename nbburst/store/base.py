@@ -83,8 +83,9 @@ class Store(abc.ABC):
     def delete(self, key: str) -> None:
         """Delete ``key``; deleting a missing key is not an error."""
 
-    def put_addressed(self, prefix: str, chunks: Callable[[], Iterable[bytes | memoryview]],
-                      address: Callable[[], str]) -> str:
+    def put_addressed(
+        self, prefix: str, chunks: Callable[[], Iterable[bytes | memoryview]], address: Callable[[], str]
+    ) -> str:
         """Store content under ``prefix + address()`` unless it is there already; returns the address.
 
         Content addressing makes a second copy pointless, so a remote store
@@ -105,7 +106,7 @@ class Store(abc.ABC):
 
     def list_dirs(self, prefix: str) -> list[str]:
         """Names of the immediate "sub-folders" below ``prefix`` (which ends in '/')."""
-        names = {k[len(prefix):].split("/", 1)[0] for k in self.list(prefix) if "/" in k[len(prefix):]}
+        names = {k[len(prefix) :].split("/", 1)[0] for k in self.list(prefix) if "/" in k[len(prefix) :]}
         return sorted(names)
 
     def delete_prefix(self, prefix: str) -> int:

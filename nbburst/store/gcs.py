@@ -25,7 +25,7 @@ How the port's guarantees are met:
 
 The google-cloud-storage client is created on first use. With
 ``STORAGE_EMULATOR_HOST`` set (an emulator, see
-:mod:`nbburst.testing.gcs_emulator`) it uses anonymous credentials and the
+:mod:`nbburst.testing.gcs`) it uses anonymous credentials and the
 project ``$NBBURST_PROJECT`` (default ``test``); otherwise Application
 Default Credentials.
 """
@@ -87,7 +87,7 @@ class GCSStore(Store):
     ):
         if not url.startswith("gs://"):
             raise StoreError(f"not a GCS URL: {url!r} (expected gs://bucket/prefix)")
-        bucket, _, prefix = url[len("gs://"):].partition("/")
+        bucket, _, prefix = url[len("gs://") :].partition("/")
         prefix = prefix.strip("/")
         if not bucket:
             raise StoreError(f"no bucket in {url!r} (expected gs://bucket/prefix)")
@@ -380,7 +380,7 @@ class GCSStore(Store):
                     retry=self.retry,
                 )
                 # Names ending in "/" are folder placeholders made by consoles, not keys.
-                keys = [b.name[len(self.prefix):] for b in blobs if not b.name.endswith("/")]
+                keys = [b.name[len(self.prefix) :] for b in blobs if not b.name.endswith("/")]
             except gexc.NotFound:
                 raise self._missing_bucket_error() from None
         self._bucket_seen = True
@@ -403,7 +403,7 @@ class GCSStore(Store):
             except gexc.NotFound:
                 raise self._missing_bucket_error() from None
         self._bucket_seen = True
-        return sorted({p[len(full):].rstrip("/") for p in iterator.prefixes})
+        return sorted({p[len(full) :].rstrip("/") for p in iterator.prefixes})
 
     # -- deletes ----------------------------------------------------------------
 
@@ -434,9 +434,7 @@ def _make_client() -> Any:
     try:
         from google.cloud import storage
     except ImportError as e:  # pragma: no cover - a dependency of nbburst
-        raise StoreError(
-            "gs:// stores need the google-cloud-storage package: pip install google-cloud-storage"
-        ) from e
+        raise StoreError("gs:// stores need the google-cloud-storage package: pip install google-cloud-storage") from e
     project = os.environ.get("NBBURST_PROJECT") or None
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         from google.auth.credentials import AnonymousCredentials
@@ -457,4 +455,4 @@ def _bounded(retry: Retry, seconds: float) -> Retry:
 def _slices(data: bytes, size: int) -> Iterator[memoryview]:
     view = memoryview(data)
     for start in range(0, len(view), size):
-        yield view[start:start + size]
+        yield view[start : start + size]

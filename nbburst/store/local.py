@@ -25,7 +25,7 @@ class LocalStore(Store):
     def __init__(self, url: str | os.PathLike[str]):
         text = os.fspath(url)
         if text.startswith("file://"):
-            text = text[len("file://"):]
+            text = text[len("file://") :]
         self.root = Path(text).expanduser().resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.url = str(self.root)
@@ -65,8 +65,9 @@ class LocalStore(Store):
             if os.path.exists(tmp):
                 os.unlink(tmp)
 
-    def put_addressed(self, prefix: str, chunks: Callable[[], Iterable[bytes | memoryview]],
-                      address: Callable[[], str]) -> str:
+    def put_addressed(
+        self, prefix: str, chunks: Callable[[], Iterable[bytes | memoryview]], address: Callable[[], str]
+    ) -> str:
         """Hash on other cores while the bytes are written, then link them into place.
 
         A local write costs about as much as the hashing, so doing both at once

@@ -5,22 +5,22 @@
   group running its startup script in a folder of its own, beside its own metadata server.
   It can preempt instances, run out of capacity and enforce quotas.
 - :class:`MetadataServer`: an emulated metadata server (``/computeMetadata/v1``).
-- ``GCSEmulator`` (``nbburst.testing.gcs_emulator``): a Cloud Storage emulator.
+- ``GCSEmulator`` (``nbburst.testing.gcs``): a Cloud Storage emulator.
 - ``python -m nbburst.testing`` starts both emulators and prints the environment for nbburst;
   ``pytest_plugins = ["nbburst.testing.pytest_plugin"]`` gives the fixtures.
 """
 
-from nbburst.testing.compute_catalog import Image
-from nbburst.testing.compute_emulator import ComputeEmulator
-from nbburst.testing.compute_resources import ComputeError
-from nbburst.testing.metadata_emulator import MetadataServer
+from nbburst.testing.compute.catalog import Image
+from nbburst.testing.compute.emulator import ComputeEmulator
+from nbburst.testing.compute.resources import ComputeError
+from nbburst.testing.metadata import MetadataServer
 
 __all__ = ["ComputeEmulator", "ComputeError", "Image", "MetadataServer"]
 
 
 def __getattr__(name: str):
     if name == "GCSEmulator":  # imported on demand: it may need an emulator package
-        from nbburst.testing.gcs_emulator import GCSEmulator
+        from nbburst.testing.gcs import GCSEmulator
 
         return GCSEmulator
     raise AttributeError(f"module 'nbburst.testing' has no attribute {name!r}")

@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from nbburst.testing.compute_emulator import ComputeEmulator
+from nbburst.testing.compute.emulator import ComputeEmulator
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,29 +27,39 @@ def main(argv: list[str] | None = None) -> int:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    compute = ComputeEmulator(args.base_dir, port=args.port, project=args.project, zone=args.zone,
-                              preemption_grace=args.preemption_grace, stop_grace=args.stop_grace)
+    compute = ComputeEmulator(
+        args.base_dir,
+        port=args.port,
+        project=args.project,
+        zone=args.zone,
+        preemption_grace=args.preemption_grace,
+        stop_grace=args.stop_grace,
+    )
     gcs = None
     try:
         compute.start()
         env = dict(compute.env())
         if not args.no_gcs:
-            from nbburst.testing.gcs_emulator import GCSEmulator
+            from nbburst.testing.gcs import GCSEmulator
 
             gcs = GCSEmulator(port=args.gcs_port).start()
             gcs.create_bucket(args.bucket)
             env.update(gcs.env())
             # Instances reach the GCS emulator too.
             compute.instance_env.update(gcs.env())
-        env.update({
-            "NBBURST_ROOT": f"gs://{args.bucket}/nbburst",
-            "NBBURST_BACKEND": "gce",
-            "GOOGLE_CLOUD_PROJECT": args.project,
-        })
+        env.update(
+            {
+                "NBBURST_ROOT": f"gs://{args.bucket}/nbburst",
+                "NBBURST_BACKEND": "gce",
+                "GOOGLE_CLOUD_PROJECT": args.project,
+            }
+        )
         for key, value in sorted(env.items()):
             print(f"export {key}={shlex.quote(value)}")
-        print(f"# Compute Engine emulator at {compute.endpoint} (disks in {compute.base_dir}); "
-              "Ctrl-C to stop.", file=sys.stderr)
+        print(
+            f"# Compute Engine emulator at {compute.endpoint} (disks in {compute.base_dir}); Ctrl-C to stop.",
+            file=sys.stderr,
+        )
         sys.stdout.flush()
         while not stop.wait(0.5):
             pass

@@ -17,10 +17,9 @@ import uuid
 
 import pytest
 
-from nbburst.testing.compute_emulator import ComputeEmulator
+from nbburst.testing.compute.emulator import ComputeEmulator
 
-TEST_DEFAULTS = {"preemption_grace": 2.0, "stop_grace": 5.0, "operation_delay": 0.05,
-                 "maintenance_notice": 1.0}
+TEST_DEFAULTS = {"preemption_grace": 2.0, "stop_grace": 5.0, "operation_delay": 0.05, "maintenance_notice": 1.0}
 
 
 def pytest_configure(config) -> None:
@@ -47,7 +46,7 @@ def compute_emulator(request, tmp_path):
 
 @pytest.fixture(scope="session")
 def gcs_emulator():
-    from nbburst.testing.gcs_emulator import GCSEmulator
+    from nbburst.testing.gcs import GCSEmulator
 
     emulator = GCSEmulator().start()
     try:

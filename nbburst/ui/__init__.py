@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .tables import JobsTable
 
 if TYPE_CHECKING:
-    from ..client import Job
+    from ..client.burst import Job
     from .view import JobView
 
 __all__ = ["JobView", "JobsTable", "show"]

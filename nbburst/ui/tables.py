@@ -10,17 +10,27 @@ import html
 import time
 from typing import Any
 
-from ..durations import format_duration
-from ..job import State
-from ..pricing import usd
+from ..protocol.durations import format_duration
+from ..protocol.job import State
+from ..protocol.pricing import usd
 
 STATE_COLORS = {
-    "SUBMITTED": "#6b7280", "PROVISIONING": "#b45309", "RUNNING": "#1d4ed8", "PREEMPTED": "#b45309",
-    "SUCCEEDED": "#15803d", "FAILED": "#b91c1c", "CANCELLED": "#6b7280",
+    "SUBMITTED": "#6b7280",
+    "PROVISIONING": "#b45309",
+    "RUNNING": "#1d4ed8",
+    "PREEMPTED": "#b45309",
+    "SUCCEEDED": "#15803d",
+    "FAILED": "#b91c1c",
+    "CANCELLED": "#6b7280",
 }
 RICH_STYLES = {
-    "SUBMITTED": "dim", "PROVISIONING": "yellow", "RUNNING": "bold blue", "PREEMPTED": "yellow",
-    "SUCCEEDED": "green", "FAILED": "bold red", "CANCELLED": "dim",
+    "SUBMITTED": "dim",
+    "PROVISIONING": "yellow",
+    "RUNNING": "bold blue",
+    "PREEMPTED": "yellow",
+    "SUCCEEDED": "green",
+    "FAILED": "bold red",
+    "CANCELLED": "dim",
 }
 COLUMNS = ("id", "name", "state", "age", "machine", "elapsed", "cost")
 
@@ -65,9 +75,13 @@ def cost_text(info: dict[str, Any]) -> str:
 def row(info: dict[str, Any], now: float | None = None) -> dict[str, str]:
     state = info["state"] + (f" ({info['attempt']})" if info.get("attempt", 0) > 1 else "")
     return {
-        "id": info["id"], "name": info["name"] if info["name"] != info["id"] else "", "state": state,
-        "age": age(info["created"], now), "machine": machine_text(info),
-        "elapsed": format_duration(info.get("elapsed_s") or 0), "cost": cost_text(info),
+        "id": info["id"],
+        "name": info["name"] if info["name"] != info["id"] else "",
+        "state": state,
+        "age": age(info["created"], now),
+        "machine": machine_text(info),
+        "elapsed": format_duration(info.get("elapsed_s") or 0),
+        "cost": cost_text(info),
     }
 
 
@@ -86,8 +100,11 @@ def rich_table(infos: list[dict[str, Any]], with_totals: bool = False) -> Any:
 
     table = Table(show_edge=False, header_style="bold", pad_edge=False)
     for col in COLUMNS:
-        table.add_column(col.upper(), justify="right" if col in ("age", "elapsed", "cost") else "left",
-                         no_wrap=col in ("id", "state", "cost", "age", "elapsed"))
+        table.add_column(
+            col.upper(),
+            justify="right" if col in ("age", "elapsed", "cost") else "left",
+            no_wrap=col in ("id", "state", "cost", "age", "elapsed"),
+        )
     now = time.time()
     for info in infos:
         r = row(info, now)
@@ -98,8 +115,9 @@ def rich_table(infos: list[dict[str, Any]], with_totals: bool = False) -> Any:
     if with_totals:
         t = totals(infos)
         table.add_section()
-        table.add_row("total", f"{t['jobs']} jobs", "", "", "", f"{t['machine_hours']:g} h", usd(t["cost_usd"]),
-                      style="bold")
+        table.add_row(
+            "total", f"{t['jobs']} jobs", "", "", "", f"{t['machine_hours']:g} h", usd(t["cost_usd"]), style="bold"
+        )
         if t["saving_usd"]:
             table.add_row("", "saved vs on-demand", "", "", "", "", usd(t["saving_usd"]), style="green")
     return table
@@ -133,8 +151,10 @@ def html_table(infos: list[dict[str, Any]], with_totals: bool = False) -> str:
         body.append("<tr>" + "".join(cells) + "</tr>")
     if with_totals or not infos:
         t = totals(infos)
-        body.append(f"<tr><td colspan='{len(COLUMNS) - 1}' style='text-align:left'><b>{t['jobs']} jobs</b>, "
-                    f"saved {usd(t['saving_usd'])} vs on-demand</td><td><b>{usd(t['cost_usd'])}</b></td></tr>")
+        body.append(
+            f"<tr><td colspan='{len(COLUMNS) - 1}' style='text-align:left'><b>{t['jobs']} jobs</b>, "
+            f"saved {usd(t['saving_usd'])} vs on-demand</td><td><b>{usd(t['cost_usd'])}</b></td></tr>"
+        )
     return f"<table class='nbburst-jobs'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
@@ -171,7 +191,7 @@ def parse_states(text: str | None) -> set[str] | None:
     if not text:
         return None
     from ..errors import UsageError
-    from ..job import State
+    from ..protocol.job import State
 
     known = {s.value for s in State}
     out: set[str] = set()
@@ -181,13 +201,16 @@ def parse_states(text: str | None) -> set[str] | None:
         elif word.lower() in _STATE_GROUPS:
             out.update(_STATE_GROUPS[word.lower()])
         else:
-            raise UsageError(f"--state: {word.lower()!r} is not a job state; use "
-                             f"{', '.join(sorted(s.lower() for s in known))}, active or done")
+            raise UsageError(
+                f"--state: {word.lower()!r} is not a job state; use "
+                f"{', '.join(sorted(s.lower() for s in known))}, active or done"
+            )
     return out
 
 
-def select_infos(burst: Any, all_jobs: bool = False, states: str | None = None,
-                 limit: int = RECENT_JOBS) -> list[dict[str, Any]]:
+def select_infos(
+    burst: Any, all_jobs: bool = False, states: str | None = None, limit: int = RECENT_JOBS
+) -> list[dict[str, Any]]:
     """``Job.info()`` of the jobs to list, newest first: unfinished ones and the ``limit`` newest, or all."""
     wanted = parse_states(states)
     infos = []
@@ -218,10 +241,13 @@ class ConfigTable:
             f"<td style='text-align:left'>{html.escape(str(e['value']))}</td>"
             f"<td style='text-align:left;color:{'#6b7280' if e['source'] == 'default' else 'inherit'}'>"
             f"{html.escape(e['source'])}</td></tr>"
-            for name, e in self.described.items())
-        return ("<table class='nbburst-config'><thead><tr><th style='text-align:left'>setting</th>"
-                "<th style='text-align:left'>value</th><th style='text-align:left'>source</th></tr></thead>"
-                f"<tbody>{rows}</tbody></table>")
+            for name, e in self.described.items()
+        )
+        return (
+            "<table class='nbburst-config'><thead><tr><th style='text-align:left'>setting</th>"
+            "<th style='text-align:left'>value</th><th style='text-align:left'>source</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>"
+        )
 
     def __repr__(self) -> str:
         width = max(len(n) for n in self.described) + 2

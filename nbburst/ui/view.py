@@ -33,15 +33,15 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..client import LogTail, render_text
-from ..durations import format_duration
+from ..client.burst import LogTail, render_text
 from ..errors import JobNotFound
-from ..job import State
-from ..pricing import usd
+from ..protocol.durations import format_duration
+from ..protocol.job import State
+from ..protocol.pricing import usd
 from .tables import STATE_COLORS, machine_text
 
 if TYPE_CHECKING:
-    from ..client import Job
+    from ..client.burst import Job
 
 TICK_SECONDS = 0.25  # widget refresh
 INFO_SECONDS = 1.0  # status/cost reads from the Store
@@ -88,30 +88,50 @@ class JobView:
 
         self.header = w.HTML(self._header_html(), _dom_classes=_classes("nbburst-header"))
         self.status = w.HTML("", _dom_classes=_classes("nbburst-state"))
-        self.bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(width="50%"),
-                                   _dom_classes=_classes("nbburst-progress"))
+        self.bar = w.FloatProgress(
+            value=0.0, min=0.0, max=1.0, layout=w.Layout(width="50%"), _dom_classes=_classes("nbburst-progress")
+        )
         self.bar_label = w.HTML("", _dom_classes=_classes("nbburst-progress-label"))
         self.progress_box = w.HBox([self.bar, self.bar_label], layout=w.Layout(display="none"))
         self.tail_html = w.HTML("", _dom_classes=_classes("nbburst-tail"))
         # While the machine boots, its console (serial port) is the only sign of life, or of trouble.
         self.console_html = w.HTML("", _dom_classes=_classes("nbburst-console"), layout=w.Layout(display="none"))
-        self.full_log = w.Output(_dom_classes=_classes("nbburst-log"),
-                                 layout=w.Layout(max_height="24em", overflow="auto"))
+        self.full_log = w.Output(
+            _dom_classes=_classes("nbburst-log"), layout=w.Layout(max_height="24em", overflow="auto")
+        )
         self.log_box = w.Accordion(children=[self.full_log], titles=("Full log",), selected_index=None)
-        self.cancel_button = w.Button(description="Cancel", icon="stop", button_style="danger",
-                                      tooltip="Stop the job and delete its machine",
-                                      _dom_classes=_classes("nbburst-cancel"))
-        self.detach_button = w.Button(description="Detach", icon="unlink",
-                                      tooltip="Stop following; the job keeps running (`%burst attach` shows it "
-                                              "again). While the cell waits, interrupt the kernel to detach.",
-                                      _dom_classes=_classes("nbburst-detach"))
+        self.cancel_button = w.Button(
+            description="Cancel",
+            icon="stop",
+            button_style="danger",
+            tooltip="Stop the job and delete its machine",
+            _dom_classes=_classes("nbburst-cancel"),
+        )
+        self.detach_button = w.Button(
+            description="Detach",
+            icon="unlink",
+            tooltip="Stop following; the job keeps running (`%burst attach` shows it "
+            "again). While the cell waits, interrupt the kernel to detach.",
+            _dom_classes=_classes("nbburst-detach"),
+        )
         self.buttons = w.HBox([self.cancel_button, self.detach_button])
         self.note = w.HTML("", _dom_classes=_classes("nbburst-note"))
         self.summary = w.HTML("", _dom_classes=_classes("nbburst-summary"), layout=w.Layout(display="none"))
-        self.widget = w.VBox([self.header, self.status, self.progress_box, self.console_html, self.tail_html,
-                              self.log_box,
-                              self.buttons, self.note, self.summary], _dom_classes=_classes("nbburst-view"),
-                             layout=w.Layout(border="1px solid #d1d5db", padding="4px 8px"))
+        self.widget = w.VBox(
+            [
+                self.header,
+                self.status,
+                self.progress_box,
+                self.console_html,
+                self.tail_html,
+                self.log_box,
+                self.buttons,
+                self.note,
+                self.summary,
+            ],
+            _dom_classes=_classes("nbburst-view"),
+            layout=w.Layout(border="1px solid #d1d5db", padding="4px 8px"),
+        )
         self.cancel_button.on_click(lambda _b: self.cancel())
         self.detach_button.on_click(lambda _b: self.detach())
         self._render_status()
@@ -174,9 +194,12 @@ class JobView:
         self.mode = "detached"
         self.detach_button.disabled = True
         name = self.job.name
-        self.note.value = html.escape(note or f"Detached: job {name} keeps running. "
-                                      f"`%burst attach {name}` follows it again and brings its outputs in; "
-                                      f"`%burst cancel {name}` stops it.")
+        self.note.value = html.escape(
+            note
+            or f"Detached: job {name} keeps running. "
+            f"`%burst attach {name}` follows it again and brings its outputs in; "
+            f"`%burst cancel {name}` stops it."
+        )
 
     def cancel(self) -> None:
         """Cancel the job (in a worker: it waits for the machine to go)."""
@@ -245,8 +268,10 @@ class JobView:
     def _header_html(self) -> str:
         i = self._info
         name = f"<b>{html.escape(i['name'])}</b> · " if i["name"] != i["id"] else ""
-        return (f"<div style='line-height:1.4'>{name}<code>{html.escape(i['id'])}</code> · "
-                f"{html.escape(machine_text(i, long=True))}</div>")
+        return (
+            f"<div style='line-height:1.4'>{name}<code>{html.escape(i['id'])}</code> · "
+            f"{html.escape(machine_text(i, long=True))}</div>"
+        )
 
     def _live_numbers(self) -> tuple[float, float]:
         """Elapsed wall time and cost, extrapolated from the last Store read."""
@@ -254,7 +279,7 @@ class JobView:
         terminal = State(i["state"]).terminal
         drift = 0.0 if terminal else max(0.0, time.time() - self._info_wall)
         elapsed = (i.get("ended") or (self._info_wall + drift)) - i["created"]
-        cost = (i.get("cost_usd") or 0.0)
+        cost = i.get("cost_usd") or 0.0
         if i["state"] in ("PROVISIONING", "RUNNING"):
             cost += (i.get("cost_per_hour_usd") or 0.0) * drift / 3600.0
         return max(0.0, elapsed), cost
@@ -263,8 +288,11 @@ class JobView:
         i = self._info
         elapsed, cost = self._live_numbers()
         color = STATE_COLORS.get(i["state"], "inherit")
-        parts = [f"<b style='color:{color}'>{i['state']}</b>", f"attempt {max(1, i.get('attempt') or 1)}",
-                 format_duration(elapsed)]
+        parts = [
+            f"<b style='color:{color}'>{i['state']}</b>",
+            f"attempt {max(1, i.get('attempt') or 1)}",
+            format_duration(elapsed),
+        ]
         if i.get("backend") == "local":
             parts.append(f"{usd(0.0)} · local")
         else:
@@ -289,8 +317,10 @@ class JobView:
         value = "\n".join(lines)
         if value and value != self._last_console:
             self._last_console = value
-            self.console_html.value = ("<div style='color:#6b7280'>machine console (booting):</div>"
-                                       f"<pre style='margin:0;font-size:85%'>{html.escape(value)}</pre>")
+            self.console_html.value = (
+                "<div style='color:#6b7280'>machine console (booting):</div>"
+                f"<pre style='margin:0;font-size:85%'>{html.escape(value)}</pre>"
+            )
             self.console_html.layout.display = None
 
     def _render_progress(self, progress: dict[str, Any] | None) -> None:
@@ -339,15 +369,19 @@ class JobView:
                 self._log_chars += len(text)
                 if self._log_chars >= FULL_LOG_LIMIT:
                     name = self.job.name
-                    self._log_buffer.append(f"\n… the log goes on: `%burst logs {name}` or "
-                                            f"`nbburst logs {name}` shows all of it\n")
-        lines = self._lines[-TAIL_LINES:] if self._lines[-1] else self._lines[-TAIL_LINES - 1:-1]
+                    self._log_buffer.append(
+                        f"\n… the log goes on: `%burst logs {name}` or `nbburst logs {name}` shows all of it\n"
+                    )
+        lines = self._lines[-TAIL_LINES:] if self._lines[-1] else self._lines[-TAIL_LINES - 1 : -1]
         tail = "\n".join(lines)
         if tail != self._last_tail:
             self._last_tail = tail
             self.tail_html.value = (
                 "<pre style='margin:2px 0;max-height:16em;overflow:auto;font-size:85%;line-height:1.25;"
-                f"background:#f9fafb;padding:2px 4px'>{html.escape(tail)}</pre>" if tail else "")
+                f"background:#f9fafb;padding:2px 4px'>{html.escape(tail)}</pre>"
+                if tail
+                else ""
+            )
         now = time.monotonic()
         if self._log_buffer and (force or now - self._log_flushed >= FULL_LOG_SECONDS):
             text, self._log_buffer = "".join(self._log_buffer), []
@@ -376,14 +410,20 @@ class JobView:
         if state != "SUCCEEDED" and i.get("message"):
             summary += f"<br><span style='color:#6b7280'>{html.escape(i['message'])}</span>"
         if self.mode == "background" and state == "SUCCEEDED":
-            summary += (f"<br><span style='color:#6b7280'>`%burst attach {html.escape(i['name'])}` or "
-                        f"`job.result()` brings its outputs in</span>")
+            summary += (
+                f"<br><span style='color:#6b7280'>`%burst attach {html.escape(i['name'])}` or "
+                f"`job.result()` brings its outputs in</span>"
+            )
         self.summary.value = summary
         self.summary.layout.display = None
         if self._handle is not None:  # static renderings (nbconvert, text frontends) get the summary too
             try:
-                self._handle.update(self._bundle(f"nbburst job {i['name']} ({i['id']}): "
-                                                 + re.sub(r"<[^>]+>", "", summary.replace("<br>", "; "))), raw=True)
+                self._handle.update(
+                    self._bundle(
+                        f"nbburst job {i['name']} ({i['id']}): " + re.sub(r"<[^>]+>", "", summary.replace("<br>", "; "))
+                    ),
+                    raw=True,
+                )
             except Exception:
                 pass
         self.buttons.layout.display = "none"

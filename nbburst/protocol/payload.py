@@ -72,7 +72,7 @@ class Encoded:
     def chunks(self, size: int = 64 << 20) -> Iterator[memoryview]:
         for part in self.parts:
             for i in range(0, part.nbytes, size):
-                yield part[i:i + size]
+                yield part[i : i + size]
 
     def tobytes(self) -> bytes:
         return b"".join(self.parts)
@@ -115,9 +115,7 @@ def encode(value: Any) -> Encoded:
         for mod in local:
             cloudpickle.unregister_pickle_by_value(mod)
     views = [b.raw() for b in buffers]
-    header = MAGIC + struct.pack("<QQ", len(body), len(views)) + b"".join(
-        struct.pack("<Q", v.nbytes) for v in views
-    )
+    header = MAGIC + struct.pack("<QQ", len(body), len(views)) + b"".join(struct.pack("<Q", v.nbytes) for v in views)
     return Encoded([memoryview(header), memoryview(body), *views])
 
 
@@ -131,11 +129,11 @@ def decode(data: bytes | bytearray | memoryview) -> Any:
     pos += 16
     sizes = struct.unpack_from(f"<{nbuf}Q", view, pos)
     pos += 8 * nbuf
-    body = view[pos:pos + body_len]
+    body = view[pos : pos + body_len]
     pos += body_len
     buffers = []
     for size in sizes:
-        buffers.append(view[pos:pos + size])
+        buffers.append(view[pos : pos + size])
         pos += size
     if pos != len(view):
         raise BlobError("blob is truncated or has trailing bytes")
@@ -157,7 +155,7 @@ def _tree_chunks(parts: list[memoryview]) -> list[list[memoryview]]:
                 chunks.append([])
                 filled = 0
             take = min(part.nbytes - i, TREE_CHUNK - filled)
-            chunks[-1].append(part[i:i + take])
+            chunks[-1].append(part[i : i + take])
             filled += take
             i += take
     return chunks
@@ -193,7 +191,7 @@ def fingerprint(parts: list[memoryview]) -> str:
     """
     import xxhash
 
-    slices = [[p[i:i + TREE_CHUNK]] for p in map(_bytes_view, parts) for i in range(0, max(p.nbytes, 1), TREE_CHUNK)]
+    slices = [[p[i : i + TREE_CHUNK]] for p in map(_bytes_view, parts) for i in range(0, max(p.nbytes, 1), TREE_CHUNK)]
     leaves = _map(lambda pieces: xxhash.xxh3_128_digest(pieces[0]), slices)
     sizes = b"".join(p.nbytes.to_bytes(8, "little") for p in parts)
     return xxhash.xxh3_128_hexdigest(b"".join(leaves) + sizes)

@@ -29,7 +29,7 @@ def compile_filter(text: str | None) -> Predicate:
     pred = parser.expr()
     parser.skip_ws()
     if parser.pos != len(text):
-        raise FilterError(f"Invalid list filter expression: unexpected {text[parser.pos:]!r}")
+        raise FilterError(f"Invalid list filter expression: unexpected {text[parser.pos :]!r}")
     return pred
 
 
@@ -91,7 +91,7 @@ class _Parser:
         self.skip_ws()
         m = re.compile(r"[A-Za-z_][\w.\-]*").match(self.text, self.pos)
         if not m:
-            raise FilterError(f"Invalid list filter expression at {self.text[self.pos:]!r}")
+            raise FilterError(f"Invalid list filter expression at {self.text[self.pos :]!r}")
         field = m.group(0)
         self.pos = m.end()
         self.skip_ws()

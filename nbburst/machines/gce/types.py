@@ -1,7 +1,7 @@
 """Choosing a Compute Engine machine type: the cheapest one that fits, and why.
 
 Pure functions over a zone's catalog (what ``machineTypes.list`` returned) and
-the price table of :mod:`nbburst.pricing`, so the choice is testable offline
+the price table of :mod:`nbburst.protocol.pricing`, so the choice is testable offline
 and the reason can be shown to the user before anything is launched.
 
 Rules:
@@ -25,9 +25,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .. import pricing
-from ..errors import UsageError
-from ..job import Resources
+from ...errors import UsageError
+from ...protocol import pricing
+from ...protocol.job import Resources
 
 DEFAULT_CORES = 4
 #: Memory per vCPU assumed when --memory is not given (the highcpu ratio).
@@ -36,20 +36,24 @@ DEFAULT_GB_PER_CPU = 1.0
 CUSTOM_PREMIUM = 1.05
 
 GPU_ALIASES = {
-    "t4": "nvidia-tesla-t4", "nvidia-t4": "nvidia-tesla-t4",
-    "v100": "nvidia-tesla-v100", "nvidia-v100": "nvidia-tesla-v100",
-    "p100": "nvidia-tesla-p100", "nvidia-p100": "nvidia-tesla-p100",
-    "p4": "nvidia-tesla-p4", "nvidia-p4": "nvidia-tesla-p4",
+    "t4": "nvidia-tesla-t4",
+    "nvidia-t4": "nvidia-tesla-t4",
+    "v100": "nvidia-tesla-v100",
+    "nvidia-v100": "nvidia-tesla-v100",
+    "p100": "nvidia-tesla-p100",
+    "nvidia-p100": "nvidia-tesla-p100",
+    "p4": "nvidia-tesla-p4",
+    "nvidia-p4": "nvidia-tesla-p4",
     "l4": "nvidia-l4",
-    "a100": "nvidia-tesla-a100", "nvidia-a100": "nvidia-tesla-a100",
+    "a100": "nvidia-tesla-a100",
+    "nvidia-a100": "nvidia-tesla-a100",
     "a100-80gb": "nvidia-a100-80gb",
     "h100": "nvidia-h100-80gb",
 }
 #: GPUs attached to N1 machines (guestAccelerators).
 ATTACHED_GPUS = {"nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-p100", "nvidia-tesla-p4"}
 #: GPUs that come with an accelerator-optimized family: GPU -> family.
-BUILTIN_GPU_FAMILY = {"nvidia-l4": "g2", "nvidia-tesla-a100": "a2", "nvidia-a100-80gb": "a2",
-                      "nvidia-h100-80gb": "a3"}
+BUILTIN_GPU_FAMILY = {"nvidia-l4": "g2", "nvidia-tesla-a100": "a2", "nvidia-a100-80gb": "a2", "nvidia-h100-80gb": "a3"}
 
 # Custom machine types: family -> (name prefix, valid vCPU counts, GB per vCPU min, max).
 _CUSTOM = {
@@ -116,10 +120,16 @@ def custom_type(name: str) -> MachineType | None:
     return MachineType(name, int(m.group("cpus")), int(m.group("mb")))
 
 
-def _price(m: MachineType, gpu: str | None, gpu_count: int, spot: bool, region: str,
-           prices: dict[str, Any], custom: bool = False) -> pricing.Breakdown:
-    plan = {"machine_type": m.name, "cores": m.cpus, "memory_gb": m.memory_mb / 1024, "spot": spot,
-            "zone": region}
+def _price(
+    m: MachineType,
+    gpu: str | None,
+    gpu_count: int,
+    spot: bool,
+    region: str,
+    prices: dict[str, Any],
+    custom: bool = False,
+) -> pricing.Breakdown:
+    plan = {"machine_type": m.name, "cores": m.cpus, "memory_gb": m.memory_mb / 1024, "spot": spot, "zone": region}
     if gpu and m.gpu is None:
         plan.update(gpu=gpu, gpu_count=gpu_count)
     b = pricing.for_plan(plan, "gce", prices=prices)
@@ -151,8 +161,14 @@ def _custom_candidates(cores: int, memory_gb: float, families: set[str]) -> list
     return out
 
 
-def choose(resources: Resources, catalog: list[MachineType], zone: str, prices: dict[str, Any],
-           offered_gpus: set[str] | None = None, custom_ok: bool = True) -> Choice:
+def choose(
+    resources: Resources,
+    catalog: list[MachineType],
+    zone: str,
+    prices: dict[str, Any],
+    offered_gpus: set[str] | None = None,
+    custom_ok: bool = True,
+) -> Choice:
     """The cheapest machine in ``catalog`` (the zone's types) that fits ``resources``."""
     spot = not resources.on_demand
     region = pricing.region_of(zone)
@@ -163,8 +179,10 @@ def choose(resources: Resources, catalog: list[MachineType], zone: str, prices: 
 
     if gpu and offered_gpus is not None and gpu not in offered_gpus:
         listed = ", ".join(sorted(offered_gpus)) or "none"
-        raise UsageError(f"--gpu {gpu}: not offered in zone {zone} (GPUs there: {listed}); pick another zone "
-                         "with --zone, or another GPU")
+        raise UsageError(
+            f"--gpu {gpu}: not offered in zone {zone} (GPUs there: {listed}); pick another zone "
+            "with --zone, or another GPU"
+        )
 
     if resources.machine_type:
         m = by_name.get(resources.machine_type) or custom_type(resources.machine_type)
@@ -175,8 +193,9 @@ def choose(resources: Resources, catalog: list[MachineType], zone: str, prices: 
         if resources.cores and m.cpus < resources.cores:
             raise UsageError(f"--machine-type {m.name} has {m.cpus} vCPUs, fewer than --cores {resources.cores}")
         if resources.memory_gb and m.memory_mb / 1024 < resources.memory_gb - 1e-9:
-            raise UsageError(f"--machine-type {m.name} has {m.memory_gb:g} GB, less than --memory "
-                             f"{resources.memory_gb:g}")
+            raise UsageError(
+                f"--machine-type {m.name} has {m.memory_gb:g} GB, less than --memory {resources.memory_gb:g}"
+            )
         _check_gpu_fits(m, gpu, gpu_count)
         price = _price(m, gpu, gpu_count, spot, region, prices, custom=m.name not in by_name)
         reason = f"{m.name} as asked (--machine-type): {m.cpus} vCPUs, {m.memory_gb:g} GB, {kind}"
@@ -199,8 +218,10 @@ def choose(resources: Resources, catalog: list[MachineType], zone: str, prices: 
         if not candidates:
             counts = sorted({m.gpu_count for m in catalog if m.gpu == gpu})
             if counts:
-                raise UsageError(f"--gpu {gpu}:{gpu_count}: {family.upper()} machines in {zone} come with "
-                                 f"{', '.join(map(str, counts))} {gpu} GPUs; ask for one of those counts")
+                raise UsageError(
+                    f"--gpu {gpu}:{gpu_count}: {family.upper()} machines in {zone} come with "
+                    f"{', '.join(map(str, counts))} {gpu} GPUs; ask for one of those counts"
+                )
             raise UsageError(f"--gpu {gpu}: no {family.upper()} machine types in zone {zone}; pick another zone")
         # GPU machines: --cores/--memory still apply (a bigger G2 has more vCPUs for the same GPU)
         fitting = [(m, c) for m, c in candidates if m.cpus >= cores and m.memory_mb / 1024 >= memory_gb - 1e-9]
@@ -209,8 +230,10 @@ def choose(resources: Resources, catalog: list[MachineType], zone: str, prices: 
         candidates = fitting
     elif gpu:
         if gpu not in ATTACHED_GPUS:
-            raise UsageError(f"--gpu {gpu}: nbburst does not know which machines take this GPU; "
-                             "name a machine type with --machine-type")
+            raise UsageError(
+                f"--gpu {gpu}: nbburst does not know which machines take this GPU; "
+                "name a machine type with --machine-type"
+            )
         for m in catalog:
             if m.family == "n1" and not m.shared_cpu and m.cpus >= cores and m.memory_mb / 1024 >= memory_gb - 1e-9:
                 candidates.append((m, False))
@@ -218,8 +241,14 @@ def choose(resources: Resources, catalog: list[MachineType], zone: str, prices: 
             candidates += [(m, True) for m in _custom_candidates(cores, memory_gb, {"n1"})]
     else:
         for m in catalog:
-            if (m.shared_cpu or m.gpu or not _priced(m.family, prices) or m.family in ("g2", "a2", "a3")
-                    or m.cpus < cores or m.memory_mb / 1024 < memory_gb - 1e-9):
+            if (
+                m.shared_cpu
+                or m.gpu
+                or not _priced(m.family, prices)
+                or m.family in ("g2", "a2", "a3")
+                or m.cpus < cores
+                or m.memory_mb / 1024 < memory_gb - 1e-9
+            ):
                 continue
             candidates.append((m, False))
         if custom_ok:
@@ -229,8 +258,11 @@ def choose(resources: Resources, catalog: list[MachineType], zone: str, prices: 
     if not candidates:
         biggest = max((m for m in catalog if not m.gpu), key=lambda m: (m.cpus, m.memory_mb), default=None)
         what = f"{cores} vCPUs and {memory_gb:g} GB" + (f" with {gpu_count} {gpu}" if gpu else "")
-        hint = f"; the biggest type there is {biggest.name} ({biggest.cpus} vCPUs, {biggest.memory_gb:g} GB)" \
-            if biggest else ""
+        hint = (
+            f"; the biggest type there is {biggest.name} ({biggest.cpus} vCPUs, {biggest.memory_gb:g} GB)"
+            if biggest
+            else ""
+        )
         raise UsageError(f"no machine type in zone {zone} has {what}{hint}")
 
     priced = []
@@ -241,8 +273,10 @@ def choose(resources: Resources, catalog: list[MachineType], zone: str, prices: 
     total, _, custom, _, m, b = priced[0]
     others = [(p[3], round(p[0], 4)) for p in priced[1:3]]
     what = f"≥{cores} vCPUs, ≥{memory_gb:g} GB" + (f", {gpu_count}x {gpu}" if gpu else "")
-    reason = (f"{m.name}: the cheapest {kind} machine in {zone} with {what} "
-              f"({m.cpus} vCPUs, {m.memory_gb:g} GB, ${total:.4f}/h)")
+    reason = (
+        f"{m.name}: the cheapest {kind} machine in {zone} with {what} "
+        f"({m.cpus} vCPUs, {m.memory_gb:g} GB, ${total:.4f}/h)"
+    )
     if others:
         reason += "; next: " + ", ".join(f"{n} ${p:.4f}/h" for n, p in others)
     if defaults:
@@ -256,12 +290,15 @@ def _check_gpu_fits(m: MachineType, gpu: str | None, count: int) -> None:
         return
     if m.gpu:
         if m.gpu != gpu or m.gpu_count != count:
-            raise UsageError(f"--machine-type {m.name} comes with {m.gpu_count} {m.gpu}; "
-                             f"it cannot have --gpu {gpu}:{count}")
+            raise UsageError(
+                f"--machine-type {m.name} comes with {m.gpu_count} {m.gpu}; it cannot have --gpu {gpu}:{count}"
+            )
         return
     if m.family != "n1":
-        raise UsageError(f"--gpu {gpu}: GPUs attach only to N1 machine types, not {m.name}; "
-                         "drop --machine-type and nbburst picks a fitting one")
+        raise UsageError(
+            f"--gpu {gpu}: GPUs attach only to N1 machine types, not {m.name}; "
+            "drop --machine-type and nbburst picks a fitting one"
+        )
 
 
 def gpu_quota_metric(gpu: str) -> str:

@@ -8,14 +8,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..store import AlreadyExists, Store
 from . import payload, pricing, signing
 from .durations import format_duration
 from .job import JobLayout, JobSpec, State, Status, Terminal
-from .store import AlreadyExists, Store
 
 
-def commit_terminal(store: Store, layout: JobLayout, spec: JobSpec, state: State, reason: str, attempt: int,
-                    by: str, statuses: list[Status]) -> State:
+def commit_terminal(
+    store: Store,
+    layout: JobLayout,
+    spec: JobSpec,
+    state: State,
+    reason: str,
+    attempt: int,
+    by: str,
+    statuses: list[Status],
+) -> State:
     """Write the job's end once (create-only), with its cost; if someone else ended it first, theirs stands."""
     terminal = Terminal(state, reason, attempt, by=by)
     try:

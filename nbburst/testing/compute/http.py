@@ -20,9 +20,9 @@ import re
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from nbburst.testing import compute_catalog as cat
-from nbburst.testing.compute_filter import FilterError, compile_filter
-from nbburst.testing.compute_resources import ComputeError
+from nbburst.testing.compute import catalog as cat
+from nbburst.testing.compute.filter import FilterError, compile_filter
+from nbburst.testing.compute.resources import ComputeError
 
 log = logging.getLogger("nbburst.testing")
 
@@ -61,7 +61,7 @@ def _list(kind: str, items: list[dict], query: dict, self_link: str) -> dict:
     size = max(1, min(_int(query, "maxResults", 500), 500))
     offset = _int(query, "pageToken", 0) if query.get("pageToken") else 0
     out: dict = {"kind": kind, "id": self_link.removeprefix(cat.API_ROOT), "selfLink": self_link}
-    page = items[offset:offset + size]
+    page = items[offset : offset + size]
     if page:
         out["items"] = page
     if offset + size < len(items):
@@ -99,8 +99,12 @@ def _zone(emu, a, q, b):
 
 @route("GET", _Z + r"/machineTypes")
 def _machine_types(emu, a, q, b):
-    return _list("compute#machineTypeList", emu.api_machine_types(a["project"], a["zone"]), q,
-                 cat.link(a["project"], "zones", a["zone"], "machineTypes"))
+    return _list(
+        "compute#machineTypeList",
+        emu.api_machine_types(a["project"], a["zone"]),
+        q,
+        cat.link(a["project"], "zones", a["zone"], "machineTypes"),
+    )
 
 
 @route("GET", _Z + r"/machineTypes/(?P<type>[^/]+)")
@@ -110,8 +114,12 @@ def _machine_type(emu, a, q, b):
 
 @route("GET", _Z + r"/acceleratorTypes")
 def _accelerator_types(emu, a, q, b):
-    return _list("compute#acceleratorTypeList", emu.api_accelerator_types(a["project"], a["zone"]), q,
-                 cat.link(a["project"], "zones", a["zone"], "acceleratorTypes"))
+    return _list(
+        "compute#acceleratorTypeList",
+        emu.api_accelerator_types(a["project"], a["zone"]),
+        q,
+        cat.link(a["project"], "zones", a["zone"], "acceleratorTypes"),
+    )
 
 
 @route("GET", _Z + r"/acceleratorTypes/(?P<type>[^/]+)")
@@ -121,8 +129,7 @@ def _accelerator_type(emu, a, q, b):
 
 @route("GET", _P + r"/global/images")
 def _images(emu, a, q, b):
-    return _list("compute#imageList", emu.api_images(a["project"]), q,
-                 cat.link(a["project"], "global", "images"))
+    return _list("compute#imageList", emu.api_images(a["project"]), q, cat.link(a["project"], "global", "images"))
 
 
 @route("GET", _P + r"/global/images/family/(?P<family>[^/]+)")
@@ -137,8 +144,7 @@ def _image(emu, a, q, b):
 
 @route("POST", _P + r"/global/images")
 def _insert_image(emu, a, q, b):
-    return emu.api_insert_image(a["project"], b, q.get("requestId"),
-                                str(q.get("forceCreate", "")).lower() == "true")
+    return emu.api_insert_image(a["project"], b, q.get("requestId"), str(q.get("forceCreate", "")).lower() == "true")
 
 
 @route("DELETE", _P + r"/global/images/(?P<image>[^/]+)")
@@ -148,8 +154,12 @@ def _delete_image(emu, a, q, b):
 
 @route("GET", _P + r"/global/operations")
 def _global_operations(emu, a, q, b):
-    return _list("compute#operationList", emu.api_operations(a["project"], None), q,
-                 cat.link(a["project"], "global", "operations"))
+    return _list(
+        "compute#operationList",
+        emu.api_operations(a["project"], None),
+        q,
+        cat.link(a["project"], "global", "operations"),
+    )
 
 
 @route("GET", _P + r"/global/operations/(?P<op>[^/]+)")
@@ -177,19 +187,34 @@ def _aggregated_instances(emu, a, q, b):
     items: dict = {}
     for zone in cat.ZONE_REGION:
         found = [i for i in emu.api_list(a["project"], zone) if pred(i)]
-        items[f"zones/{zone}"] = {"instances": found} if found else {
-            "warning": {"code": "NO_RESULTS_ON_PAGE",
-                        "message": f"There are no results for scope 'zones/{zone}' on this page.",
-                        "data": [{"key": "scope", "value": f"zones/{zone}"}]}}
+        items[f"zones/{zone}"] = (
+            {"instances": found}
+            if found
+            else {
+                "warning": {
+                    "code": "NO_RESULTS_ON_PAGE",
+                    "message": f"There are no results for scope 'zones/{zone}' on this page.",
+                    "data": [{"key": "scope", "value": f"zones/{zone}"}],
+                }
+            }
+        )
     link = cat.link(a["project"], "aggregated", "instances")
-    return {"kind": "compute#instanceAggregatedList", "id": link.removeprefix(cat.API_ROOT),
-            "items": items, "selfLink": link}
+    return {
+        "kind": "compute#instanceAggregatedList",
+        "id": link.removeprefix(cat.API_ROOT),
+        "items": items,
+        "selfLink": link,
+    }
 
 
 @route("GET", _Z + r"/instances")
 def _instances(emu, a, q, b):
-    return _list("compute#instanceList", emu.api_list(a["project"], a["zone"]), q,
-                 cat.link(a["project"], "zones", a["zone"], "instances"))
+    return _list(
+        "compute#instanceList",
+        emu.api_list(a["project"], a["zone"]),
+        q,
+        cat.link(a["project"], "zones", a["zone"], "instances"),
+    )
 
 
 @route("POST", _Z + r"/instances")
@@ -209,8 +234,12 @@ def _delete(emu, a, q, b):
 
 @route("POST", _I + r"/(?P<verb>stop|start|reset|simulateMaintenanceEvent)")
 def _verb(emu, a, q, b):
-    fn = {"stop": emu.api_stop, "start": emu.api_start, "reset": emu.api_reset,
-          "simulateMaintenanceEvent": emu.api_simulate_maintenance}[a["verb"]]
+    fn = {
+        "stop": emu.api_stop,
+        "start": emu.api_start,
+        "reset": emu.api_reset,
+        "simulateMaintenanceEvent": emu.api_simulate_maintenance,
+    }[a["verb"]]
     return fn(a["project"], a["zone"], a["name"], q.get("requestId"))
 
 
@@ -231,8 +260,12 @@ def _serial_port(emu, a, q, b):
 
 @route("GET", _Z + r"/operations")
 def _operations(emu, a, q, b):
-    return _list("compute#operationList", emu.api_operations(a["project"], a["zone"]), q,
-                 cat.link(a["project"], "zones", a["zone"], "operations"))
+    return _list(
+        "compute#operationList",
+        emu.api_operations(a["project"], a["zone"]),
+        q,
+        cat.link(a["project"], "zones", a["zone"], "operations"),
+    )
 
 
 @route("GET", _Z + r"/operations/(?P<op>[^/]+)")
@@ -254,9 +287,16 @@ def _delete_operation(emu, a, q, b):
 # ---- test controls --------------------------------------------------------------------------------
 @route("GET", r"/emulator/info")
 def _info(emu, a, q, b):
-    return {"project": emu.project, "zone": emu.zone, "region": emu.region, "endpoint": emu.endpoint,
-            "base_dir": str(emu.base_dir), "preemption_grace": emu.preemption_grace,
-            "stop_grace": emu.stop_grace, "env": emu.env()}
+    return {
+        "project": emu.project,
+        "zone": emu.zone,
+        "region": emu.region,
+        "endpoint": emu.endpoint,
+        "base_dir": str(emu.base_dir),
+        "preemption_grace": emu.preemption_grace,
+        "stop_grace": emu.stop_grace,
+        "env": emu.env(),
+    }
 
 
 @route("GET", r"/emulator/instances")
@@ -267,8 +307,13 @@ def _control_instances(emu, a, q, b):
 @route("POST", _E + r"/preempt")
 def _control_preempt(emu, a, q, b):
     grace = b.get("grace")
-    emu.preempt(a["name"], zone=a["zone"], project=a["project"],
-                grace=None if grace is None else float(grace), wait=bool(b.get("wait")))
+    emu.preempt(
+        a["name"],
+        zone=a["zone"],
+        project=a["project"],
+        grace=None if grace is None else float(grace),
+        wait=bool(b.get("wait")),
+    )
     return {"ok": True}
 
 

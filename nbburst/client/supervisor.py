@@ -38,19 +38,25 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .job import STALE_AFTER_SECONDS, State, Status
-from .machines.base import GONE, STOPPED, machine_name
-from .outcome import error_summary, timeout_reason
-from .store import AlreadyExists, NotFound
+from ..machines.base import GONE, STOPPED, machine_name
+from ..protocol.job import STALE_AFTER_SECONDS, State, Status
+from ..protocol.outcome import error_summary, timeout_reason
+from ..store import AlreadyExists, NotFound
 
 if TYPE_CHECKING:
-    from .client import Burst, Job
+    from .burst import Burst, Job
 
 LEASE_SECONDS = 30.0
 BACKOFF = (5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 300.0)  # seconds between tries when there is no capacity
 MAX_CAPACITY_TRIES = 50
-CAPACITY_MARKERS = ("ZONE_RESOURCE_POOL_EXHAUSTED", "STOCKOUT", "does not have enough resources",
-                    "resource pool exhausted", "no capacity", "insufficient capacity")
+CAPACITY_MARKERS = (
+    "ZONE_RESOURCE_POOL_EXHAUSTED",
+    "STOCKOUT",
+    "does not have enough resources",
+    "resource pool exhausted",
+    "no capacity",
+    "insufficient capacity",
+)
 
 
 class NoCapacity(Exception):
@@ -221,12 +227,17 @@ class Supervisor:
             attempt = status.attempt + 1 if status is not None else 1
             retry = False
             if status is not None and status.attempt > spec.max_restarts:
-                return self._give_up(f"preempted {status.attempt} times; gave up after --max-restarts "
-                                     f"{spec.max_restarts}")
+                return self._give_up(
+                    f"preempted {status.attempt} times; gave up after --max-restarts {spec.max_restarts}"
+                )
             waiting = None
         name = job.machine_of(status) if status is not None else machine_name(job.id)
-        claim = Status(attempt=attempt, state=State.PROVISIONING, machine=name,
-                       message="relaunching after preemption" if attempt > 1 else "starting")
+        claim = Status(
+            attempt=attempt,
+            state=State.PROVISIONING,
+            machine=name,
+            message="relaunching after preemption" if attempt > 1 else "starting",
+        )
         if retry:
             store.put(layout.status(attempt), claim.to_json())  # ours: we hold the lease and the retry
         else:
@@ -242,8 +253,9 @@ class Supervisor:
             if is_no_capacity(exc):
                 return self._no_capacity(attempt, claim, resources, waiting, exc)
             self._event(plan, attempt, "failed", str(exc), resources)
-            return job._commit(State.FAILED, f"could not restart the machine for attempt {attempt}: {exc}",
-                               by="supervisor")
+            return job._commit(
+                State.FAILED, f"could not restart the machine for attempt {attempt}: {exc}", by="supervisor"
+            )
         plan["waiting"] = None
         self._event(plan, attempt, "relaunched" if attempt > 1 else "launched", "", resources)
         self.lease.release()  # nothing to do until the next preemption: any supervisor may act then
@@ -288,8 +300,9 @@ class Supervisor:
                 return []
         return list((job.spec.plan or {}).get("extra", {}).get("zones") or [])
 
-    def _no_capacity(self, attempt: int, claim: Status, resources: Any, waiting: dict[str, Any] | None,
-                     exc: BaseException) -> State:
+    def _no_capacity(
+        self, attempt: int, claim: Status, resources: Any, waiting: dict[str, Any] | None, exc: BaseException
+    ) -> State:
         job, spec = self.job, self.job.spec
         plan = self._load()
         tries = (waiting or {}).get("tries", 0) + 1
@@ -311,11 +324,20 @@ class Supervisor:
         delay = BACKOFF[min(tries - 1, len(BACKOFF) - 1)] * random.uniform(0.8, 1.2)
         if next_zone != zone or on_demand != bool((waiting or {}).get("on_demand")):
             delay = min(delay, 2.0)  # somewhere else: try soon
-        plan["waiting"] = {"attempt": attempt, "tries": tries, "next_try": time.time() + delay, "zone": next_zone,
-                           "zones_tried": tried, "on_demand": on_demand}
+        plan["waiting"] = {
+            "attempt": attempt,
+            "tries": tries,
+            "next_try": time.time() + delay,
+            "zone": next_zone,
+            "zones_tried": tried,
+            "on_demand": on_demand,
+        }
         where = f" in {zone}" if zone else ""
-        nxt = (f"; next try in {delay:.0f} s" + (f" in {next_zone}" if next_zone and next_zone != zone else "")
-               + (" on a standard VM" if on_demand else ""))
+        nxt = (
+            f"; next try in {delay:.0f} s"
+            + (f" in {next_zone}" if next_zone and next_zone != zone else "")
+            + (" on a standard VM" if on_demand else "")
+        )
         claim.state = State.PREEMPTED
         claim.message = f"no capacity{where}{nxt}"
         claim.heartbeat = time.time()
@@ -335,10 +357,17 @@ class Supervisor:
             return {"waiting": None, "events": []}
 
     def _event(self, plan: dict[str, Any], attempt: int, what: str, detail: str, resources: Any) -> None:
-        plan.setdefault("events", []).append({
-            "at": round(time.time(), 3), "attempt": attempt, "event": what, "detail": detail[:300],
-            "zone": getattr(resources, "zone", None), "on_demand": bool(getattr(resources, "on_demand", False)),
-            "by": self.lease.holder})
+        plan.setdefault("events", []).append(
+            {
+                "at": round(time.time(), 3),
+                "attempt": attempt,
+                "event": what,
+                "detail": detail[:300],
+                "zone": getattr(resources, "zone", None),
+                "on_demand": bool(getattr(resources, "on_demand", False)),
+                "by": self.lease.holder,
+            }
+        )
         plan["events"] = plan["events"][-200:]
         self.job.store.put(self.job.layout.relaunch, json.dumps(plan, indent=1).encode())
 
@@ -368,9 +397,17 @@ def attempts(job: Job) -> list[dict[str, Any]]:
         elif not state.terminal and state != State.PREEMPTED:
             state = State.PREEMPTED
         message = terminal.reason if last and terminal is not None else s.message
-        rows.append({"attempt": s.attempt, "state": state.value, "start": s.started, "end": end,
-                     "seconds": round(end - s.started, 1) if end else None, "machine": s.machine,
-                     "message": message})
+        rows.append(
+            {
+                "attempt": s.attempt,
+                "state": state.value,
+                "start": s.started,
+                "end": end,
+                "seconds": round(end - s.started, 1) if end else None,
+                "machine": s.machine,
+                "message": message,
+            }
+        )
     return rows
 
 
@@ -400,8 +437,9 @@ def timeline(job: Job) -> Any:
 # -- long-lived supervisor ------------------------------------------------------------------------
 
 
-def run_once(burst: Burst, supervisors: dict[str, Supervisor] | None = None,
-             report: Callable[[Job, State], None] | None = None) -> int:
+def run_once(
+    burst: Burst, supervisors: dict[str, Supervisor] | None = None, report: Callable[[Job, State], None] | None = None
+) -> int:
     """Step every unfinished job whose key this session has; returns how many were relaunched."""
     supervisors = supervisors if supervisors is not None else {}
     relaunched = 0
@@ -428,8 +466,12 @@ def run_once(burst: Burst, supervisors: dict[str, Supervisor] | None = None,
     return relaunched
 
 
-def run_forever(burst: Burst, interval: float = 5.0, stop: threading.Event | None = None,
-                report: Callable[[Job, State], None] | None = None) -> None:
+def run_forever(
+    burst: Burst,
+    interval: float = 5.0,
+    stop: threading.Event | None = None,
+    report: Callable[[Job, State], None] | None = None,
+) -> None:
     """Supervise this session's unfinished jobs every ``interval`` seconds until ``stop`` is set.
 
     For ``nbburst supervise``: detached jobs get relaunched while no notebook waits for them.

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nbburst.testing import compute_catalog as cat
-from nbburst.testing.compute_resources import InstancePlan
-from nbburst.testing.metadata_emulator import MetadataServer
+from nbburst.testing.compute import catalog as cat
+from nbburst.testing.compute.resources import InstancePlan
+from nbburst.testing.metadata import MetadataServer
 
 log = logging.getLogger("nbburst.testing")
 
@@ -125,8 +125,15 @@ class Instance:
         cmd = [str(path)] if script.startswith("#!") else ["/bin/bash", str(path)]
         env = {**env, MARKER: self.marker}
         with open(self.console, "ab") as console:
-            return subprocess.Popen(cmd, cwd=self.disk, env=env, stdin=subprocess.DEVNULL, stdout=console,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            return subprocess.Popen(
+                cmd,
+                cwd=self.disk,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def unreaped(self) -> list[subprocess.Popen]:
         return [p for p in (self.proc, self.shutdown_proc) if p is not None and p.returncode is None]
@@ -168,12 +175,20 @@ class Instance:
         procs = {"startup": self.proc, "shutdown": self.shutdown_proc}
         sched = self.resource["scheduling"]
         return {
-            "project": self.project, "zone": self.zone, "name": self.name, "id": str(self.id),
-            "status": self.status, "boots": self.boots, "preempted": self.preempted,
-            "maintenance_event": self.maintenance_event, "labels": dict(self.resource["labels"]),
+            "project": self.project,
+            "zone": self.zone,
+            "name": self.name,
+            "id": str(self.id),
+            "status": self.status,
+            "boots": self.boots,
+            "preempted": self.preempted,
+            "maintenance_event": self.maintenance_event,
+            "labels": dict(self.resource["labels"]),
             "provisioning_model": sched["provisioningModel"],
             "termination_action": sched.get("instanceTerminationAction"),
-            "dir": str(self.dir), "disk": str(self.disk), "serial_console": str(self.console),
+            "dir": str(self.dir),
+            "disk": str(self.disk),
+            "serial_console": str(self.console),
             "metadata_host": self.metadata.host if self.metadata else None,
             "processes": {k: {"pid": p.pid, "returncode": p.poll()} for k, p in procs.items() if p},
             "live_pids": self.live_pids(),
@@ -184,23 +199,40 @@ class Instance:
         r, project, number = self.resource, self.project, cat.project_number(self.project)
         accounts: dict[str, Any] = {}
         for i, sa in enumerate(r["serviceAccounts"]):
-            entry = {"aliases": "default", "email": sa["email"],
-                     "scopes": "".join(s + "\n" for s in sa["scopes"]),
-                     "token": _token, "identity": _identity_for(sa["email"])}
+            entry = {
+                "aliases": "default",
+                "email": sa["email"],
+                "scopes": "".join(s + "\n" for s in sa["scopes"]),
+                "token": _token,
+                "identity": _identity_for(sa["email"]),
+            }
             accounts[sa["email"]] = entry
             if i == 0:
                 accounts["default"] = dict(entry)
         img = self.plan.image
         sched = r["scheduling"]
-        nics = {str(i): {"ip": n["networkIP"], "network": f"projects/{number}/networks/default",
-                         "mac": f"42:01:0a:80:00:{i + 2:02x}"} for i, n in enumerate(r["networkInterfaces"])}
+        nics = {
+            str(i): {
+                "ip": n["networkIP"],
+                "network": f"projects/{number}/networks/default",
+                "mac": f"42:01:0a:80:00:{i + 2:02x}",
+            }
+            for i, n in enumerate(r["networkInterfaces"])
+        }
         return {
             "instance": {
                 "attributes": {item["key"]: item["value"] for item in r["metadata"]["items"]},
                 "cpu-platform": "Intel Cascade Lake",
                 "description": r["description"],
-                "disks": {str(d["index"]): {"device-name": d["deviceName"], "index": d["index"],
-                                            "mode": d["mode"], "type": d["type"]} for d in r["disks"]},
+                "disks": {
+                    str(d["index"]): {
+                        "device-name": d["deviceName"],
+                        "index": d["index"],
+                        "mode": d["mode"],
+                        "type": d["type"],
+                    }
+                    for d in r["disks"]
+                },
                 "hostname": f"{self.name}.{self.zone}.c.{project}.internal",
                 "id": self.id,
                 "image": f"projects/{img.project}/global/images/{img.name}" if img else "",
@@ -209,10 +241,12 @@ class Instance:
                 "name": self.name,
                 "network-interfaces": nics,
                 "preempted": "FALSE",
-                "scheduling": {"automatic-restart": str(sched["automaticRestart"]).upper(),
-                               "on-host-maintenance": sched["onHostMaintenance"],
-                               "preemptible": str(sched["preemptible"]).upper(),
-                               "provisioning-model": sched["provisioningModel"]},
+                "scheduling": {
+                    "automatic-restart": str(sched["automaticRestart"]).upper(),
+                    "on-host-maintenance": sched["onHostMaintenance"],
+                    "preemptible": str(sched["preemptible"]).upper(),
+                    "provisioning-model": sched["provisioningModel"],
+                },
                 "service-accounts": accounts,
                 "tags": list(r["tags"]["items"]),
                 "zone": f"projects/{number}/zones/{self.zone}",
@@ -226,8 +260,7 @@ def fingerprint() -> str:
 
 
 def _token(_query) -> dict:
-    return {"access_token": "ya29.emulated-" + secrets.token_urlsafe(24), "expires_in": 3599,
-            "token_type": "Bearer"}
+    return {"access_token": "ya29.emulated-" + secrets.token_urlsafe(24), "expires_in": 3599, "token_type": "Bearer"}
 
 
 def _identity_for(email: str):
@@ -236,8 +269,16 @@ def _identity_for(email: str):
             return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
 
         now = int(time.time())
-        claims = {"aud": query.get("audience", ""), "azp": email, "email": email, "email_verified": True,
-                  "exp": now + 3600, "iat": now, "iss": "https://accounts.google.com", "sub": "1" * 21}
+        claims = {
+            "aud": query.get("audience", ""),
+            "azp": email,
+            "email": email,
+            "email_verified": True,
+            "exp": now + 3600,
+            "iat": now,
+            "iss": "https://accounts.google.com",
+            "sub": "1" * 21,
+        }
         return f"{b64({'alg': 'RS256', 'typ': 'JWT'})}.{b64(claims)}.ZW11bGF0ZWQ"
 
     return identity
@@ -273,7 +314,7 @@ def scan_processes(marker: str, pgids=()) -> list[int]:
         try:
             with open(f"/proc/{entry}/stat", "rb") as f:
                 stat = f.read()
-            fields = stat[stat.rindex(b")") + 2:].split()
+            fields = stat[stat.rindex(b")") + 2 :].split()
             if fields[0] in (b"Z", b"X"):
                 continue
             if int(fields[2]) in pgids:

@@ -16,11 +16,11 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import publish_display_data
 
-from . import config
-from .capture import capture
-from .client import Burst, Job
-from .errors import UsageError
-from .ui.tables import RECENT_JOBS, ConfigTable, JobsTable, select_infos
+from .. import config
+from ..client.burst import Burst, Job
+from ..client.capture import capture
+from ..errors import UsageError
+from .tables import RECENT_JOBS, ConfigTable, JobsTable, select_infos
 
 
 def _parse(func: Any, line: str) -> Any:
@@ -101,13 +101,31 @@ class BurstMagics(Magics):
         """Run this cell on a burst machine and bring its variables back."""
         __tracebackhide__ = True
         args = _parse(BurstMagics.burst, line)
-        opts = self.client.options(**{k: v for k, v in {
-            "backend": args.backend, "name": args.name, "cores": args.cores, "memory": args.memory,
-            "machine_type": args.machine_type, "gpu": args.gpu, "on_demand": args.on_demand, "zone": args.zone,
-            "image": args.image, "image_family": args.image_family, "timeout": args.timeout,
-            "max_restarts": args.max_restarts, "fallback_on_demand": args.fallback_on_demand,
-            "detach": args.detach, "out": args.out, "files": args.files, "workers": args.workers}.items()
-            if v is not None and v is not False})
+        opts = self.client.options(
+            **{
+                k: v
+                for k, v in {
+                    "backend": args.backend,
+                    "name": args.name,
+                    "cores": args.cores,
+                    "memory": args.memory,
+                    "machine_type": args.machine_type,
+                    "gpu": args.gpu,
+                    "on_demand": args.on_demand,
+                    "zone": args.zone,
+                    "image": args.image,
+                    "image_family": args.image_family,
+                    "timeout": args.timeout,
+                    "max_restarts": args.max_restarts,
+                    "fallback_on_demand": args.fallback_on_demand,
+                    "detach": args.detach,
+                    "out": args.out,
+                    "files": args.files,
+                    "workers": args.workers,
+                }.items()
+                if v is not None and v is not False
+            }
+        )
         code = self.shell.transform_cell(cell)
         cap = capture(code, self.shell.user_ns, opts.out, set(getattr(self.shell, "user_ns_hidden", ())))
         job = self.client.submit_cell(code, cap, opts)
@@ -121,7 +139,7 @@ class BurstMagics(Magics):
 
     def _view(self, job: Job) -> Any:
         """The live job view, shown in the cell; None outside a kernel (plain IPython, scripts)."""
-        from .ui.view import JobView, in_kernel
+        from .view import JobView, in_kernel
 
         if not in_kernel(self.shell):
             return None
@@ -147,8 +165,10 @@ class BurstMagics(Magics):
                 view.start("blocking")
                 job.wait(on_record=on_record, tail=view.tail)
         except KeyboardInterrupt:
-            message = (f"nbburst: detached from job {job.name} ({job.id}); it keeps running. "
-                       f"`%burst attach {job.name}` brings its outputs in, `%burst cancel {job.name}` stops it.")
+            message = (
+                f"nbburst: detached from job {job.name} ({job.id}); it keeps running. "
+                f"`%burst attach {job.name}` brings its outputs in, `%burst cancel {job.name}` stops it."
+            )
             if view is not None:
                 view.background(message)
             print("\n" + message)
@@ -178,13 +198,16 @@ class BurstMagics(Magics):
         __tracebackhide__ = True
         words = shlex.split(line)
         if not words:
-            raise UsageError("usage: %burst jobs | logs JOB | attach JOB | result JOB | cancel JOB | preempt JOB | "
-                             "config [key=value ...]")
+            raise UsageError(
+                "usage: %burst jobs | logs JOB | attach JOB | result JOB | cancel JOB | preempt JOB | "
+                "config [key=value ...]"
+            )
         command, rest = words[0], words[1:]
         handler = getattr(self, f"_cmd_{command}", None)
         if handler is None:
-            raise UsageError(f"%burst: unknown command {command!r}; use jobs, logs, attach, result, cancel, "
-                             "preempt or config")
+            raise UsageError(
+                f"%burst: unknown command {command!r}; use jobs, logs, attach, result, cancel, preempt or config"
+            )
         try:
             return handler(rest)
         except _HelpShown:
@@ -197,8 +220,9 @@ class BurstMagics(Magics):
 
     def _cmd_jobs(self, rest: list[str]) -> JobsTable:
         p = _LineParser(prog="%burst jobs", description="List jobs in the Store, newest first.")
-        p.add_argument("--all", action="store_true", help=f"all jobs (default: unfinished ones and the "
-                       f"{RECENT_JOBS} newest)")
+        p.add_argument(
+            "--all", action="store_true", help=f"all jobs (default: unfinished ones and the {RECENT_JOBS} newest)"
+        )
         p.add_argument("--state", help="only these states, comma-separated (running, failed, active, done, ...)")
         args = p.parse_args(rest)
         return JobsTable(select_infos(self.client, all_jobs=args.all, states=args.state), with_totals=True)
@@ -211,6 +235,7 @@ class BurstMagics(Magics):
         args = p.parse_args(rest)
         job = self.client.job(args.job)
         if args.follow:
+
             def show(record: dict[str, Any]) -> None:
                 if args.attempt is None or record.get("attempt") == args.attempt:
                     render_record(record)
@@ -255,4 +280,3 @@ class BurstMagics(Magics):
         if rest:
             self._client = None  # a new session: Store, machines and key ring follow the new settings
         return ConfigTable(config.describe(self.client.settings))
-

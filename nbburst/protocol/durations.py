@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import UsageError
+from ..errors import UsageError
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|d|h|m|s)?", re.I)
 _UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, None: 1.0}

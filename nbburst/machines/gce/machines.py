@@ -12,7 +12,7 @@ What a launch does, in order (everything that can be refused is refused in
   image and its Python version (image label ``python=3-11``), the bucket, and
   the region's CPU/GPU quota for spot or standard VMs;
 * ``launch``: uploads the client's nbburst wheel and the job's package list
-  (``nbburst.dist``), then inserts the VM with a ``request_id`` (a retried
+  (``nbburst.protocol.dist``), then inserts the VM with a ``request_id`` (a retried
   insert never makes two VMs) and waits on the operation with its own
   ZoneOperationsClient. With ``--zone auto``, a zone out of capacity
   (ZONE_RESOURCE_POOL_EXHAUSTED) passes on to the next zone of the region.
@@ -37,24 +37,38 @@ import time
 import uuid
 from typing import Any
 
-from .. import config, dist, pricing
-from ..errors import BurstError, UnsupportedOption, UsageError
-from ..job import JobLayout, JobSpec, Resources
-from ..metadata import metadata as _md
-from ..metadata import on_gce
-from . import gce_scripts, gce_types
-from .base import GONE, PROVISIONING, RUNNING, STOPPED, STOPPING, Check, MachineInfo, Machines, Plan, machine_name
+from ... import config
+from ...errors import BurstError, UnsupportedOption, UsageError
+from ...protocol import dist, pricing
+from ...protocol.job import JobLayout, JobSpec, Resources
+from ...protocol.metadata import metadata as _md
+from ...protocol.metadata import on_gce
+from ..base import GONE, PROVISIONING, RUNNING, STOPPED, STOPPING, Check, MachineInfo, Machines, Plan, machine_name
+from . import scripts as gce_scripts
+from . import types as gce_types
 
 log = logging.getLogger("nbburst.gce")
 
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
 _ZONE_RE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
 _REGION_RE = re.compile(r"^[a-z]+-[a-z]+\d+$")
-_STATES = {"PROVISIONING": PROVISIONING, "STAGING": PROVISIONING, "REPAIRING": PROVISIONING, "RUNNING": RUNNING,
-           "STOPPING": STOPPING, "SUSPENDING": STOPPING, "TERMINATED": STOPPED, "STOPPED": STOPPED,
-           "SUSPENDED": STOPPED}
-_CAPACITY_CODES = ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "STOCKOUT",
-                   "RESOURCE_POOL_EXHAUSTED")
+_STATES = {
+    "PROVISIONING": PROVISIONING,
+    "STAGING": PROVISIONING,
+    "REPAIRING": PROVISIONING,
+    "RUNNING": RUNNING,
+    "STOPPING": STOPPING,
+    "SUSPENDING": STOPPING,
+    "TERMINATED": STOPPED,
+    "STOPPED": STOPPED,
+    "SUSPENDED": STOPPED,
+}
+_CAPACITY_CODES = (
+    "ZONE_RESOURCE_POOL_EXHAUSTED",
+    "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+    "STOCKOUT",
+    "RESOURCE_POOL_EXHAUSTED",
+)
 _PREEMPTION_OPS = ("compute.instances.preempted", "compute.instances.terminateOnHostMaintenance")
 
 NO_CREDENTIALS = (
@@ -69,7 +83,7 @@ class _NoCapacity(Exception):
 
 
 class NoCapacityError(BurstError):
-    """No capacity for the VM now (the supervisor backs off and retries, see nbburst.supervisor)."""
+    """No capacity for the VM now (the supervisor backs off and retries, see nbburst.client.supervisor)."""
 
     no_capacity = True
 
@@ -201,8 +215,10 @@ class GCEMachines(Machines):
                 project = self._adc_project or ""
             project = project or os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("CLOUDSDK_CORE_PROJECT", "")
             if not project:
-                raise UsageError("no Google Cloud project: set c.NBBurst.project, $NBBURST_PROJECT or "
-                                 "`%burst config project=ID` (or `gcloud config set project ID`)")
+                raise UsageError(
+                    "no Google Cloud project: set c.NBBurst.project, $NBBURST_PROJECT or "
+                    "`%burst config project=ID` (or `gcloud config set project ID`)"
+                )
             self._project = project
         return self._project
 
@@ -216,8 +232,16 @@ class GCEMachines(Machines):
         for attempt in range(self.api_attempts):
             try:
                 return fn(*args, **kwargs)
-            except (gexc.ServiceUnavailable, gexc.InternalServerError, gexc.GatewayTimeout, gexc.TooManyRequests,
-                    ConnectionError, requests.ConnectionError, requests.Timeout, auth_exc.TransportError) as exc:
+            except (
+                gexc.ServiceUnavailable,
+                gexc.InternalServerError,
+                gexc.GatewayTimeout,
+                gexc.TooManyRequests,
+                ConnectionError,
+                requests.ConnectionError,
+                requests.Timeout,
+                auth_exc.TransportError,
+            ) as exc:
                 if attempt == self.api_attempts - 1:
                     raise BurstError(f"{what}: Compute Engine did not answer ({exc}); try again") from None
             except (auth_exc.DefaultCredentialsError, auth_exc.RefreshError) as exc:
@@ -234,8 +258,10 @@ class GCEMachines(Machines):
         if not zone:
             zone = (workbench() or {}).get("zone", "")
         if not zone:
-            raise UsageError("no Compute Engine zone: set c.NBBurst.zone (e.g. us-central1-a, or a region such as "
-                             "us-central1 to try its zones), $NBBURST_ZONE, or `%burst config zone=...`")
+            raise UsageError(
+                "no Compute Engine zone: set c.NBBurst.zone (e.g. us-central1-a, or a region such as "
+                "us-central1 to try its zones), $NBBURST_ZONE, or `%burst config zone=...`"
+            )
         return zone
 
     def default_zone(self) -> str | None:
@@ -257,8 +283,10 @@ class GCEMachines(Machines):
                     base = candidate
                     break
             if not base:
-                raise UsageError("--zone auto tries the zones of a region: set c.NBBurst.zone to a zone or region "
-                                 "(e.g. us-central1) first")
+                raise UsageError(
+                    "--zone auto tries the zones of a region: set c.NBBurst.zone to a zone or region "
+                    "(e.g. us-central1) first"
+                )
         else:
             base = zone
         region = base if _REGION_RE.match(base) else pricing.region_of(base)
@@ -267,8 +295,9 @@ class GCEMachines(Machines):
         from google.api_core import exceptions as gexc
 
         try:
-            info = self._api("listing the zones", self._client("RegionsClient").get, project=self.project,
-                             region=region, timeout=30)
+            info = self._api(
+                "listing the zones", self._client("RegionsClient").get, project=self.project, region=region, timeout=30
+            )
         except gexc.NotFound:
             raise UsageError(f"--zone: region {region} does not exist") from None
         zones = sorted(_zone_of(z) for z in info.zones)
@@ -285,15 +314,22 @@ class GCEMachines(Machines):
         from google.api_core import exceptions as gexc
 
         try:
-            listed = self._api(f"listing machine types of {zone}", self._client("MachineTypesClient").list,
-                               project=self.project, zone=zone, timeout=60)
+            listed = self._api(
+                f"listing machine types of {zone}",
+                self._client("MachineTypesClient").list,
+                project=self.project,
+                zone=zone,
+                timeout=60,
+            )
             catalog = [gce_types.MachineType.from_api(m) for m in listed]
         except (gexc.NotFound, gexc.BadRequest):
             raise UsageError(f"zone {zone} does not exist in Compute Engine (c.NBBurst.zone / --zone)") from None
         except gexc.Forbidden as exc:
-            raise UsageError(f"cannot list machine types in project {self.project}: {exc.message}. Is the Compute "
-                             "Engine API enabled (`gcloud services enable compute.googleapis.com`) and may this "
-                             "account use it?") from None
+            raise UsageError(
+                f"cannot list machine types in project {self.project}: {exc.message}. Is the Compute "
+                "Engine API enabled (`gcloud services enable compute.googleapis.com`) and may this "
+                "account use it?"
+            ) from None
         self._catalogs[zone] = (time.monotonic(), catalog)
         return catalog
 
@@ -304,15 +340,26 @@ class GCEMachines(Machines):
         from google.api_core import exceptions as gexc
 
         try:
-            got = self._api("checking the machine type", self._client("MachineTypesClient").get,
-                            project=self.project, zone=zone, machine_type=name, timeout=30)
+            got = self._api(
+                "checking the machine type",
+                self._client("MachineTypesClient").get,
+                project=self.project,
+                zone=zone,
+                machine_type=name,
+                timeout=30,
+            )
         except (gexc.NotFound, gexc.BadRequest):
             return None
         return gce_types.MachineType.from_api(got)
 
     def _gpus(self, zone: str) -> set[str]:
-        listed = self._api(f"listing GPUs of {zone}", self._client("AcceleratorTypesClient").list,
-                           project=self.project, zone=zone, timeout=60)
+        listed = self._api(
+            f"listing GPUs of {zone}",
+            self._client("AcceleratorTypesClient").list,
+            project=self.project,
+            zone=zone,
+            timeout=60,
+        )
         return {a.name for a in listed}
 
     # -- image --------------------------------------------------------------------------------
@@ -329,15 +376,20 @@ class GCEMachines(Machines):
         elif self.settings.image:
             ref, source = self.settings.image, "c.NBBurst.image"
         elif self.settings.image_family:
-            ref, source = (f"projects/{image_project}/global/images/family/{self.settings.image_family}",
-                           "c.NBBurst.image_family")
+            ref, source = (
+                f"projects/{image_project}/global/images/family/{self.settings.image_family}",
+                "c.NBBurst.image_family",
+            )
         else:
-            raise UsageError("no VM image: set c.NBBurst.image_family (and image_project), or pass --image / "
-                             "--image-family; `nbburst image build` makes an image with this notebook's Python "
-                             "and packages")
+            raise UsageError(
+                "no VM image: set c.NBBurst.image_family (and image_project), or pass --image / "
+                "--image-family; `nbburst image build` makes an image with this notebook's Python "
+                "and packages"
+            )
         m = re.search(r"(?:projects/([^/]+)/)?global/images/(family/)?([^/]+)$", ref)
-        project, family, name = (m.group(1) or image_project, m.group(2), m.group(3)) if m else (image_project, None,
-                                                                                                  ref)
+        project, family, name = (
+            (m.group(1) or image_project, m.group(2), m.group(3)) if m else (image_project, None, ref)
+        )
         return self.lookup_image(project, name, bool(family), source)
 
     def lookup_image(self, project: str, name: str, family: bool, source: str) -> tuple[str, str | None, str]:
@@ -348,8 +400,7 @@ class GCEMachines(Machines):
         images = self._client("ImagesClient")
         try:
             if family:
-                img = self._api("resolving the image", images.get_from_family, project=project, family=name,
-                                timeout=30)
+                img = self._api("resolving the image", images.get_from_family, project=project, family=name, timeout=30)
             else:
                 img = self._api("resolving the image", images.get, project=project, image=name, timeout=30)
         except gexc.NotFound:
@@ -368,12 +419,13 @@ class GCEMachines(Machines):
             raise UsageError(
                 f"the image {image} has Python {image_python} but this notebook runs Python {here}; pickles cannot "
                 f"move between Python minor versions. Use an image with Python {here} (--image / --image-family; "
-                "`nbburst image build` makes one)")
+                "`nbburst image build` makes one)"
+            )
 
     # -- bucket -------------------------------------------------------------------------------
     def _store(self, root: str) -> Any:
         if root not in self._stores:
-            from ..store import open_store
+            from ...store import open_store
 
             self._stores[root] = open_store(root)
         return self._stores[root]
@@ -381,9 +433,11 @@ class GCEMachines(Machines):
     def _check_store(self) -> str:
         url = config.store_url(self.settings, "gce")
         if not url.startswith("gs://"):
-            raise UsageError(f"the gce backend needs a gs:// store root that VMs can reach, not {url!r}: set "
-                             "c.NBBurst.bucket (or root=gs://BUCKET/PREFIX)")
-        bucket = url[len("gs://"):].split("/", 1)[0]
+            raise UsageError(
+                f"the gce backend needs a gs:// store root that VMs can reach, not {url!r}: set "
+                "c.NBBurst.bucket (or root=gs://BUCKET/PREFIX)"
+            )
+        bucket = url[len("gs://") :].split("/", 1)[0]
         if bucket in self._buckets_ok:
             return url
         from google.api_core import exceptions as gexc
@@ -402,16 +456,19 @@ class GCEMachines(Machines):
             raise UsageError(
                 f"the bucket gs://{bucket} does not exist: create it with `gcloud storage buckets create "
                 f"gs://{bucket} --location=REGION --uniform-bucket-level-access --public-access-prevention`, or set "
-                "c.NBBurst.bucket to a bucket you can write to")
+                "c.NBBurst.bucket to a bucket you can write to"
+            )
         self._buckets_ok.add(bucket)
         return url
 
     # -- quota --------------------------------------------------------------------------------
-    def _quota_problem(self, zone: str, machine: gce_types.MachineType, gpu: str | None, gpu_count: int,
-                       spot: bool) -> str | None:
+    def _quota_problem(
+        self, zone: str, machine: gce_types.MachineType, gpu: str | None, gpu_count: int, spot: bool
+    ) -> str | None:
         region = pricing.region_of(zone)
-        info = self._api("reading quotas", self._client("RegionsClient").get, project=self.project, region=region,
-                         timeout=30)
+        info = self._api(
+            "reading quotas", self._client("RegionsClient").get, project=self.project, region=region, timeout=30
+        )
         quotas = {q.metric: q for q in info.quotas}
         demand: dict[str, float] = {}
         pre = quotas.get("PREEMPTIBLE_CPUS")
@@ -435,8 +492,10 @@ class GCEMachines(Machines):
             q = quotas.get(metric)
             if q is None:
                 if metric.endswith("_GPUS"):
-                    return (f"the project {self.project} has no {metric} quota in {region}; request it "
-                            f"({self._quota_link(metric)})")
+                    return (
+                        f"the project {self.project} has no {metric} quota in {region}; request it "
+                        f"({self._quota_link(metric)})"
+                    )
                 continue
             free = q.limit - q.usage
             if need > free:
@@ -444,9 +503,11 @@ class GCEMachines(Machines):
                 if metric == "CPUS" and spot and not spot_quota:
                     fallback = " (spot VMs use the CPUS quota when the region has no PREEMPTIBLE_CPUS quota)"
                 hint = "; or --on-demand (standard quota)" if spot and spot_quota else ""
-                return (f"not enough quota for this {kind} VM in {region}: it needs {need:g} {metric}{fallback} but "
-                        f"only {max(free, 0):g} of {q.limit:g} are free. Ask for fewer cores{hint}, or request more "
-                        f"quota: {self._quota_link(metric)}")
+                return (
+                    f"not enough quota for this {kind} VM in {region}: it needs {need:g} {metric}{fallback} but "
+                    f"only {max(free, 0):g} of {q.limit:g} are free. Ask for fewer cores{hint}, or request more "
+                    f"quota: {self._quota_link(metric)}"
+                )
         return None
 
     def _quota_link(self, metric: str) -> str:
@@ -455,8 +516,10 @@ class GCEMachines(Machines):
     # -- planning -----------------------------------------------------------------------------
     def plan(self, resources: Resources) -> Plan:
         if resources.workers:
-            raise UnsupportedOption("--workers: scaling out over several VMs (Dask) is not available on the gce "
-                                    "backend yet; use --cores for a bigger VM")
+            raise UnsupportedOption(
+                "--workers: scaling out over several VMs (Dask) is not available on the gce "
+                "backend yet; use --cores for a bigger VM"
+            )
         self._check_store()
         zones = self._zones_for(resources)
         zone = zones[0]
@@ -480,11 +543,25 @@ class GCEMachines(Machines):
             reason += f"; zones to try: {', '.join(zones)}"
         m = choice.machine
         return Plan(
-            machine_type=m.name, cores=m.cpus, memory_gb=round(m.memory_mb / 1024, 2), spot=spot, zone=zone,
-            gpu=choice.gpu, gpu_count=choice.gpu_count if choice.gpu else 0, image=image, reason=reason,
-            price_per_hour=round(choice.price.total, 6), on_demand_price_per_hour=round(choice.price.on_demand, 6),
-            extra={"project": self.project, "zones": zones, "disk_gb": self.settings.disk_gb,
-                   "gpu_attached": choice.attached_gpu, "image_python": image_python, "custom": choice.custom},
+            machine_type=m.name,
+            cores=m.cpus,
+            memory_gb=round(m.memory_mb / 1024, 2),
+            spot=spot,
+            zone=zone,
+            gpu=choice.gpu,
+            gpu_count=choice.gpu_count if choice.gpu else 0,
+            image=image,
+            reason=reason,
+            price_per_hour=round(choice.price.total, 6),
+            on_demand_price_per_hour=round(choice.price.on_demand, 6),
+            extra={
+                "project": self.project,
+                "zones": zones,
+                "disk_gb": self.settings.disk_gb,
+                "gpu_attached": choice.attached_gpu,
+                "image_python": image_python,
+                "custom": choice.custom,
+            },
         )
 
     # -- the VM ---------------------------------------------------------------------------------
@@ -499,8 +576,9 @@ class GCEMachines(Machines):
         raw = getattr(self.settings, "scopes", "") or CLOUD_PLATFORM
         return [s for s in re.split(r"[\s,]+", raw) if s]
 
-    def instance_resource(self, spec: JobSpec, job_url: str, key: bytes, attempt: int, zone: str,
-                          plan: dict[str, Any], spot: bool) -> Any:
+    def instance_resource(
+        self, spec: JobSpec, job_url: str, key: bytes, attempt: int, zone: str, plan: dict[str, Any], spot: bool
+    ) -> Any:
         from google.cloud import compute_v1
 
         name = machine_name(spec.job_id)
@@ -525,8 +603,10 @@ class GCEMachines(Machines):
         network = self.settings.network or "default"
         nic = compute_v1.NetworkInterface(
             network=network if "/" in network else f"global/networks/{network}",
-            access_configs=[compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT",
-                                                    network_tier="PREMIUM")])
+            access_configs=[
+                compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT", network_tier="PREMIUM")
+            ],
+        )
         if self.settings.subnetwork:
             sub = self.settings.subnetwork
             nic.subnetwork = sub if "/" in sub else f"regions/{pricing.region_of(zone)}/subnetworks/{sub}"
@@ -534,20 +614,34 @@ class GCEMachines(Machines):
             name=name,
             description=f"nbburst job {spec.name} ({spec.job_id})",
             machine_type=f"zones/{zone}/machineTypes/{plan['machine_type']}",
-            labels={"nbburst": "1", "nbburst-job": spec.job_id, "nbburst-owner": _label(spec.owner or "unknown"),
-                    "nbburst-name": _label(spec.name)},
+            labels={
+                "nbburst": "1",
+                "nbburst-job": spec.job_id,
+                "nbburst-owner": _label(spec.owner or "unknown"),
+                "nbburst-name": _label(spec.name),
+            },
             metadata=compute_v1.Metadata(items=[compute_v1.Items(key=k, value=v) for k, v in items.items()]),
-            disks=[compute_v1.AttachedDisk(
-                boot=True, auto_delete=True, initialize_params=compute_v1.AttachedDiskInitializeParams(
-                    source_image=plan["image"], disk_size_gb=int(self.settings.disk_gb),
-                    disk_type=f"zones/{zone}/diskTypes/pd-balanced"))],
+            disks=[
+                compute_v1.AttachedDisk(
+                    boot=True,
+                    auto_delete=True,
+                    initialize_params=compute_v1.AttachedDiskInitializeParams(
+                        source_image=plan["image"],
+                        disk_size_gb=int(self.settings.disk_gb),
+                        disk_type=f"zones/{zone}/diskTypes/pd-balanced",
+                    ),
+                )
+            ],
             network_interfaces=[nic],
             scheduling=scheduling,
             service_accounts=[compute_v1.ServiceAccount(email=self._service_account(), scopes=self._scopes())],
         )
         if attached and gpu_count:
-            resource.guest_accelerators = [compute_v1.AcceleratorConfig(
-                accelerator_type=f"zones/{zone}/acceleratorTypes/{gpu}", accelerator_count=gpu_count)]
+            resource.guest_accelerators = [
+                compute_v1.AcceleratorConfig(
+                    accelerator_type=f"zones/{zone}/acceleratorTypes/{gpu}", accelerator_count=gpu_count
+                )
+            ]
         return resource
 
     def _wait(self, zone: str, operation: Any, what: str) -> Any:
@@ -561,8 +655,9 @@ class GCEMachines(Machines):
             if op.status == compute_v1.Operation.Status.DONE:
                 return op
             if time.monotonic() > deadline:
-                raise BurstError(f"{what}: Compute Engine did not finish within {self.operation_timeout_s:g} s "
-                                 f"(operation {name})")
+                raise BurstError(
+                    f"{what}: Compute Engine did not finish within {self.operation_timeout_s:g} s (operation {name})"
+                )
 
     @staticmethod
     def _op_error(op: Any) -> tuple[list[str], str]:
@@ -573,18 +668,24 @@ class GCEMachines(Machines):
         from google.api_core import exceptions as gexc
         from google.cloud import compute_v1
 
-        request = compute_v1.InsertInstanceRequest(project=self.project, zone=zone, instance_resource=resource,
-                                                   request_id=str(uuid.uuid4()))
+        request = compute_v1.InsertInstanceRequest(
+            project=self.project, zone=zone, instance_resource=resource, request_id=str(uuid.uuid4())
+        )
         what = f"creating VM {resource.name} in {zone}"
         try:
             op = self._api(what, self.instances.insert, request=request, timeout=60)
         except gexc.Conflict:
             return  # it exists: made by an earlier try of this very launch (the name is the job's)
         except gexc.Forbidden as exc:
-            raise BurstError(f"{what}: {exc.message}" + (
-                f" — request more quota: {self._quota_link('CPUS')}" if "quota" in exc.message.lower() else
-                " — the account needs the Compute Instance Admin role and permission to use the service account"
-            )) from None
+            raise BurstError(
+                f"{what}: {exc.message}"
+                + (
+                    f" — request more quota: {self._quota_link('CPUS')}"
+                    if "quota" in exc.message.lower()
+                    else " — the account needs the Compute Instance Admin role"
+                    " and permission to use the service account"
+                )
+            ) from None
         except gexc.BadRequest as exc:
             if "does not exist in zone" in exc.message or "not available" in exc.message:
                 raise _NotOffered(exc.message) from None
@@ -598,8 +699,9 @@ class GCEMachines(Machines):
             try:  # we cannot tell how it went: never leave a VM behind that nobody waits for
                 self.delete(resource.name)
             except Exception:
-                log.warning("nbburst: could not delete %s after a failed launch; `nbburst gc` removes it",
-                            resource.name)
+                log.warning(
+                    "nbburst: could not delete %s after a failed launch; `nbburst gc` removes it", resource.name
+                )
             raise
         codes, message = self._op_error(done)
         if any(c in _CAPACITY_CODES for c in codes):
@@ -621,8 +723,7 @@ class GCEMachines(Machines):
         """Zones a supervisor may move a job to when its zone has no capacity (``--zone auto``)."""
         return list((spec.plan.get("extra") or {}).get("zones") or [])
 
-    def launch(self, spec: JobSpec, job_url: str, key: bytes, attempt: int, *, skip_zones: tuple[str, ...] = ()
-               ) -> str:
+    def launch(self, spec: JobSpec, job_url: str, key: bytes, attempt: int, *, skip_zones: tuple[str, ...] = ()) -> str:
         name = machine_name(spec.job_id)
         plan = spec.plan if spec.plan.get("image") else self.plan(spec.resources).to_dict()
         t0 = time.perf_counter()
@@ -658,11 +759,14 @@ class GCEMachines(Machines):
             raise NoCapacityError(
                 f"zone {zones[0]} has no capacity for {plan['machine_type']} {kind} VMs right now "
                 f"(ZONE_RESOURCE_POOL_EXHAUSTED). Try --zone auto (the other zones of {region}), "
-                f"{'--on-demand, ' if spot else ''}another machine type, or again later", zones[0])
+                f"{'--on-demand, ' if spot else ''}another machine type, or again later",
+                zones[0],
+            )
         raise NoCapacityError(
             f"no capacity for {plan['machine_type']} {kind} VMs in any zone tried: {', '.join(tried)}. Try "
             f"{'--on-demand, ' if spot else ''}another region (c.NBBurst.zone) or machine type, or again later",
-            zones[-1] if zones else None)
+            zones[-1] if zones else None,
+        )
 
     def _publish(self, spec: JobSpec, job_url: str, key: bytes) -> None:
         root, _, job_id = job_url.rstrip("/").rpartition("/jobs/")
@@ -684,8 +788,9 @@ class GCEMachines(Machines):
         zone = self._zones.get(name) or self.default_zone()
         if zone:
             try:
-                inst = self._api("describing the VM", self.instances.get, project=self.project, zone=zone,
-                                 instance=name, timeout=30)
+                inst = self._api(
+                    "describing the VM", self.instances.get, project=self.project, zone=zone, instance=name, timeout=30
+                )
                 self._zones[name] = zone
                 return inst, zone
             except gexc.NotFound:
@@ -717,11 +822,15 @@ class GCEMachines(Machines):
         except ValueError:
             attempt = 0
         return MachineInfo(
-            name=inst.name, job_id=labels.get("nbburst-job", ""), state=_STATES.get(inst.status, PROVISIONING),
-            attempt=attempt, created=_timestamp(inst.creation_timestamp),
+            name=inst.name,
+            job_id=labels.get("nbburst-job", ""),
+            state=_STATES.get(inst.status, PROVISIONING),
+            attempt=attempt,
+            created=_timestamp(inst.creation_timestamp),
             detail=f"{inst.status} {_zone_of(inst.machine_type)} in {zone}"
-                   + (" (spot)" if inst.scheduling.provisioning_model == "SPOT" else ""),
-            labels=labels)
+            + (" (spot)" if inst.scheduling.provisioning_model == "SPOT" else ""),
+            labels=labels,
+        )
 
     def describe(self, name: str) -> MachineInfo:
         found = self._get(name)
@@ -756,14 +865,16 @@ class GCEMachines(Machines):
         moved = bool(wanted and _ZONE_RE.match(wanted) and wanted != zone)
         to_standard = spec.resources.on_demand and inst.scheduling.provisioning_model == "SPOT"
         if moved or to_standard:
-            log.info("nbburst: %s: replacing the VM in %s (%s)", name, zone,
-                     f"moving to {wanted}" if moved else "on-demand")
+            log.info(
+                "nbburst: %s: replacing the VM in %s (%s)", name, zone, f"moving to {wanted}" if moved else "on-demand"
+            )
             self.delete(name, wait=True)
             return self.launch(spec, job_url, key, attempt)
         self._set_attempt(inst, zone, attempt)
         what = f"starting VM {name} in {zone}"
-        request = compute_v1.StartInstanceRequest(project=self.project, zone=zone, instance=name,
-                                                  request_id=str(uuid.uuid4()))
+        request = compute_v1.StartInstanceRequest(
+            project=self.project, zone=zone, instance=name, request_id=str(uuid.uuid4())
+        )
         op = self._api(what, self.instances.start, request=request, timeout=60)
         codes, message = self._op_error(self._wait(zone, op, what))
         if any(c in _CAPACITY_CODES for c in codes):
@@ -777,17 +888,28 @@ class GCEMachines(Machines):
         from google.cloud import compute_v1
 
         for _ in range(3):
-            items = [compute_v1.Items(key=i.key, value=i.value) for i in inst.metadata.items
-                     if i.key != "nbburst-attempt"]
+            items = [
+                compute_v1.Items(key=i.key, value=i.value) for i in inst.metadata.items if i.key != "nbburst-attempt"
+            ]
             items.append(compute_v1.Items(key="nbburst-attempt", value=str(attempt)))
             request = compute_v1.SetMetadataInstanceRequest(
-                project=self.project, zone=zone, instance=inst.name, request_id=str(uuid.uuid4()),
-                metadata_resource=compute_v1.Metadata(fingerprint=inst.metadata.fingerprint, items=items))
+                project=self.project,
+                zone=zone,
+                instance=inst.name,
+                request_id=str(uuid.uuid4()),
+                metadata_resource=compute_v1.Metadata(fingerprint=inst.metadata.fingerprint, items=items),
+            )
             try:
                 op = self._api("updating the VM's metadata", self.instances.set_metadata, request=request, timeout=60)
             except gexc.PreconditionFailed:
-                inst = self._api("describing the VM", self.instances.get, project=self.project, zone=zone,
-                                 instance=inst.name, timeout=30)
+                inst = self._api(
+                    "describing the VM",
+                    self.instances.get,
+                    project=self.project,
+                    zone=zone,
+                    instance=inst.name,
+                    timeout=30,
+                )
                 continue
             self._wait(zone, op, "updating the VM's metadata")
             return
@@ -802,8 +924,9 @@ class GCEMachines(Machines):
         from google.cloud import compute_v1
 
         zone = found[1]
-        request = compute_v1.DeleteInstanceRequest(project=self.project, zone=zone, instance=name,
-                                                   request_id=str(uuid.uuid4()))
+        request = compute_v1.DeleteInstanceRequest(
+            project=self.project, zone=zone, instance=name, request_id=str(uuid.uuid4())
+        )
         try:
             op = self._api(f"deleting VM {name}", self.instances.delete, request=request, timeout=60)
         except gexc.NotFound:
@@ -822,11 +945,14 @@ class GCEMachines(Machines):
         """Types of the zone operations on this VM (insert, delete, compute.instances.preempted, ...)."""
         from google.cloud import compute_v1
 
-        request = compute_v1.ListZoneOperationsRequest(project=self.project, zone=zone,
-                                                       filter=f'targetId = "{inst.id}"')
-        return {op.operation_type for op in self._api("reading the VM's history", self.operations.list,
-                                                       request=request, timeout=30)
-                if _timestamp(op.insert_time) >= since}
+        request = compute_v1.ListZoneOperationsRequest(
+            project=self.project, zone=zone, filter=f'targetId = "{inst.id}"'
+        )
+        return {
+            op.operation_type
+            for op in self._api("reading the VM's history", self.operations.list, request=request, timeout=30)
+            if _timestamp(op.insert_time) >= since
+        }
 
     def boot_failure(self, name: str, found: tuple[Any, str] | None = None) -> str | None:
         """Why a stopped VM is a failure rather than a preemption: its last boot ended before the agent
@@ -841,14 +967,16 @@ class GCEMachines(Machines):
         if self._operations_on(inst, zone, since=_timestamp(inst.last_start_timestamp) - 1) & set(_PREEMPTION_OPS):
             return None  # preempted or ended for maintenance: a relaunch, not a failure
         console = self.console(name)
-        last_boot = console[console.rfind("nbburst-startup: begin"):] if "nbburst-startup: begin" in console else ""
+        last_boot = console[console.rfind("nbburst-startup: begin") :] if "nbburst-startup: begin" in console else ""
         if not last_boot:
             return None  # our script never ran (or the console is gone): nothing to blame it on
         exited = re.findall(r"nbburst-startup: agent exited with status (\d+)", last_boot)
         if "nbburst-startup: agent starting" in last_boot and not (exited and exited[-1] in ("2", "3")):
             return None
-        return (f"the machine {name} stopped before the nbburst agent could run the job (a boot failure, not a "
-                f"preemption). Last lines of its serial console:\n{console_tail(last_boot)}")
+        return (
+            f"the machine {name} stopped before the nbburst agent could run the job (a boot failure, not a "
+            f"preemption). Last lines of its serial console:\n{console_tail(last_boot)}"
+        )
 
     def preempt(self, name: str, grace_s: float) -> None:
         found = self._get(name)
@@ -863,8 +991,14 @@ class GCEMachines(Machines):
             if resp.status_code != 404:
                 resp.raise_for_status()
                 return
-        self._api(f"preempting {name}", self.instances.simulate_maintenance_event, project=self.project, zone=zone,
-                  instance=name, timeout=60)
+        self._api(
+            f"preempting {name}",
+            self.instances.simulate_maintenance_event,
+            project=self.project,
+            zone=zone,
+            instance=name,
+            timeout=60,
+        )
 
     def console(self, name: str) -> str:
         from google.api_core import exceptions as gexc
@@ -873,8 +1007,14 @@ class GCEMachines(Machines):
         if found is None:
             return ""
         try:
-            out = self._api("reading the serial console", self.instances.get_serial_port_output,
-                            project=self.project, zone=found[1], instance=name, timeout=30)
+            out = self._api(
+                "reading the serial console",
+                self.instances.get_serial_port_output,
+                project=self.project,
+                zone=found[1],
+                instance=name,
+                timeout=30,
+            )
         except (gexc.NotFound, gexc.BadRequest):
             return ""
         return out.contents
@@ -883,6 +1023,6 @@ class GCEMachines(Machines):
     def doctor(self, resources: Resources | None = None) -> list[Check]:
         """Credentials, project and zone, the Compute and Storage APIs, the bucket, the spot and standard CPU
         quota for ``resources`` (default: the default machine), and the image (see gce_doctor)."""
-        from .gce_doctor import doctor
+        from .doctor import doctor
 
         return doctor(self, resources)

@@ -34,11 +34,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from . import __version__, config
-from .durations import format_duration, parse_duration
-from .errors import BurstError, JobFailed, JobNotFound, UsageError
-from .job import JobLayout, State, valid_job_id
-from .options import BACKENDS
+from .. import __version__, config
+from ..errors import BurstError, JobFailed, JobNotFound, UsageError
+from ..options import BACKENDS
+from ..protocol.durations import format_duration, parse_duration
+from ..protocol.job import JobLayout, State, valid_job_id
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CONFIG, EXIT_NOT_DONE = 0, 1, 2, 3, 4, 5
 EXIT_INTERRUPTED = 130
@@ -57,7 +57,7 @@ class Exit(Exception):
 
 def session(args: argparse.Namespace, open_store: bool = True) -> Any:
     """A configured :class:`~nbburst.client.Burst`; configuration problems exit with 4."""
-    from .client import Burst
+    from ..client.burst import Burst
 
     try:
         settings = config.load()
@@ -105,7 +105,7 @@ def job_exit(state: State) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from .ui.tables import rich_table, select_infos, totals
+    from .tables import rich_table, select_infos, totals
 
     burst = session(args)
     infos = select_infos(burst, all_jobs=args.all, states=args.state)
@@ -131,7 +131,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def _write_record(record: dict[str, Any]) -> None:
-    from .client import render_text
+    from ..client.burst import render_text
 
     stream = sys.stderr if record.get("s") in ("stderr", "event") else sys.stdout
     stream.write(render_text(record))
@@ -151,8 +151,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
     state = job.wait(on_record=show)
     if state != State.SUCCEEDED:
         terminal = job.terminal()
-        print(f"nbburst: job {job.name} {state.value}" + (f": {terminal.reason}" if terminal and terminal.reason
-                                                          else ""), file=sys.stderr)
+        print(
+            f"nbburst: job {job.name} {state.value}" + (f": {terminal.reason}" if terminal and terminal.reason else ""),
+            file=sys.stderr,
+        )
     return job_exit(state)
 
 
@@ -163,8 +165,10 @@ def cmd_result(args: argparse.Namespace) -> int:
     else:
         state = job.wait(timeout=parse_duration(args.timeout, "--timeout") if args.timeout else None)
     if not state.terminal:
-        raise Exit(EXIT_NOT_DONE, f"job {job.name} has not finished (it is {state.value}); "
-                   f"`nbburst logs -f {job.name}` follows it")
+        raise Exit(
+            EXIT_NOT_DONE,
+            f"job {job.name} has not finished (it is {state.value}); `nbburst logs -f {job.name}` follows it",
+        )
     if state != State.SUCCEEDED:
         if state == State.FAILED and job.store.exists(job.layout.error):
             try:
@@ -173,8 +177,10 @@ def cmd_result(args: argparse.Namespace) -> int:
             except Exception as exc:
                 print(f"nbburst: the job's error cannot be loaded here: {exc}", file=sys.stderr)
         terminal = job.terminal()
-        raise Exit(EXIT_FAILED, f"job {job.name} {state.value}" + (f": {terminal.reason}" if terminal and
-                                                                    terminal.reason else ""))
+        raise Exit(
+            EXIT_FAILED,
+            f"job {job.name} {state.value}" + (f": {terminal.reason}" if terminal and terminal.reason else ""),
+        )
     outcome = job.outcome()
     value = job.value_of(outcome)
     for warning in outcome.warnings:
@@ -218,13 +224,15 @@ def cmd_preempt(args: argparse.Namespace) -> int:
     if job.state.terminal:
         raise Exit(EXIT_USAGE, f"job {job.name} has ended ({job.state.value}); there is no machine to preempt")
     job.preempt(args.grace)
-    print(f"preempted the machine of job {job.name}; a supervisor relaunches it "
-          f"(a waiting notebook cell, the Jupyter server, or `nbburst supervise`)")
+    print(
+        f"preempted the machine of job {job.name}; a supervisor relaunches it "
+        f"(a waiting notebook cell, the Jupyter server, or `nbburst supervise`)"
+    )
     return EXIT_OK
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    from .client import Job
+    from ..client.burst import Job
 
     burst = session(args)
     older = parse_duration(args.older_than, "--older-than") if args.older_than else None
@@ -277,10 +285,17 @@ def cmd_gc(args: argparse.Namespace) -> int:
                 store.delete_prefix(job.layout.prefix)
                 burst.keyring.delete(job.id)
             folders_done += 1
-            print(f"{verb} job {job.id}" + (f" ({job.spec.name})" if job.spec.name != job.id else "")
-                  + f": {terminal.state.value}, {format_duration(time.time() - job.spec.created)} old")
-    print(f"gc: {verb} {machines_done} machine(s)" + (f" and {folders_done} job folder(s)" if older else "")
-          + (" (dry run)" if args.dry_run else ""), file=sys.stderr)
+            print(
+                f"{verb} job {job.id}"
+                + (f" ({job.spec.name})" if job.spec.name != job.id else "")
+                + f": {terminal.state.value}, {format_duration(time.time() - job.spec.created)} old"
+            )
+    print(
+        f"gc: {verb} {machines_done} machine(s)"
+        + (f" and {folders_done} job folder(s)" if older else "")
+        + (" (dry run)" if args.dry_run else ""),
+        file=sys.stderr,
+    )
     return EXIT_CONFIG if problems else EXIT_OK
 
 
@@ -293,12 +308,18 @@ def doctor_checks(burst: Any) -> list[Any]:
     """Checks every backend shares (configuration, Store, state folder), then the backend's own."""
     import secrets
 
-    from .machines.base import Check
+    from ..machines.base import Check
 
     settings = burst.settings
     described = config.describe(settings)
-    checks = [Check("configuration", True, f"backend {settings.backend} ({described['backend']['source']}), "
-                    f"root {described['root']['value']} ({described['root']['source']})")]
+    checks = [
+        Check(
+            "configuration",
+            True,
+            f"backend {settings.backend} ({described['backend']['source']}), "
+            f"root {described['root']['value']} ({described['root']['source']})",
+        )
+    ]
     state = config.state_dir(settings)
     try:
         (state / "keys").mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -306,12 +327,24 @@ def doctor_checks(burst: Any) -> list[Any]:
         probe.write_text("ok")
         probe.unlink()
         mode = (state / "keys").stat().st_mode & 0o077
-        checks.append(Check("state dir", True, f"{state} is writable" + ("" if not mode else
-                            "; the keys folder is readable by others"), warning=False,
-                            fix="chmod 700 " + str(state / "keys") if mode else ""))
+        checks.append(
+            Check(
+                "state dir",
+                True,
+                f"{state} is writable" + ("" if not mode else "; the keys folder is readable by others"),
+                warning=False,
+                fix="chmod 700 " + str(state / "keys") if mode else "",
+            )
+        )
     except OSError as exc:
-        checks.append(Check("state dir", False, f"{state}: {exc}",
-                            fix="set a writable folder: c.NBBurst.state_dir or $NBBURST_STATE_DIR"))
+        checks.append(
+            Check(
+                "state dir",
+                False,
+                f"{state}: {exc}",
+                fix="set a writable folder: c.NBBurst.state_dir or $NBBURST_STATE_DIR",
+            )
+        )
     try:
         store = burst.store
         key = f"doctor/probe-{secrets.token_hex(6)}"
@@ -320,15 +353,26 @@ def doctor_checks(burst: Any) -> list[Any]:
         store.delete(key)
         checks.append(Check("store", ok, f"{store.url} is writable and readable"))
     except Exception as exc:
-        checks.append(Check("store", False, f"{type(exc).__name__}: {exc}",
-                            fix="check root/bucket (c.NBBurst.root, $NBBURST_ROOT) and access to it"))
-    checks.append(Check("nbburst", True, f"version {__version__}, Python {sys.version.split()[0]} "
-                        f"at {sys.executable}"))
+        checks.append(
+            Check(
+                "store",
+                False,
+                f"{type(exc).__name__}: {exc}",
+                fix="check root/bucket (c.NBBurst.root, $NBBURST_ROOT) and access to it",
+            )
+        )
+    checks.append(Check("nbburst", True, f"version {__version__}, Python {sys.version.split()[0]} at {sys.executable}"))
     try:
         checks.extend(burst.machines().doctor())
     except Exception as exc:
-        checks.append(Check(f"{settings.backend} backend", False, f"{type(exc).__name__}: {exc}",
-                            fix="see the backend's configuration in docs/job-view-and-cli.md"))
+        checks.append(
+            Check(
+                f"{settings.backend} backend",
+                False,
+                f"{type(exc).__name__}: {exc}",
+                fix="see the backend's configuration in docs/job-view-and-cli.md",
+            )
+        )
     return checks
 
 
@@ -352,14 +396,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_supervise(args: argparse.Namespace) -> int:
     """Relaunch preempted jobs until Ctrl-C or SIGTERM (for a server without the Jupyter extension)."""
-    from . import supervisor
+    from ..client import supervisor
 
     burst = session(args)
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     interval = parse_duration(args.interval, "--interval")
-    print(f"nbburst supervise: watching unfinished jobs in {burst.store.url} every {format_duration(interval)}; "
-          "Ctrl-C stops", file=sys.stderr, flush=True)
+    print(
+        f"nbburst supervise: watching unfinished jobs in {burst.store.url} every {format_duration(interval)}; "
+        "Ctrl-C stops",
+        file=sys.stderr,
+        flush=True,
+    )
     last: dict[str, str] = {}
 
     def report(job: Any, state: State) -> None:
@@ -384,7 +432,7 @@ def cmd_supervise(args: argparse.Namespace) -> int:
 
 
 def cmd_image_build(args: argparse.Namespace) -> int:
-    from .machines.gce_image import run_cli
+    from ..machines.gce.image import run_cli
 
     return run_cli(session(args, open_store=False), args)
 
@@ -399,9 +447,11 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setting (repeatable)")
 
     p = argparse.ArgumentParser(
-        prog="nbburst", description="Manage nbburst jobs: the ones %%burst cells and nbburst.submit started.",
+        prog="nbburst",
+        description="Manage nbburst jobs: the ones %%burst cells and nbburst.submit started.",
         epilog="Exit codes: 0 ok, 1 job failed or cancelled, 2 usage error, 3 job not found, "
-               "4 configuration or credentials, 5 job not finished, 130 interrupted.")
+        "4 configuration or credentials, 5 job not finished, 130 interrupted.",
+    )
     p.add_argument("--version", action="version", version=f"nbburst {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -418,8 +468,12 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("logs", parents=[common], help="print a job's output")
     s.add_argument("job", help="job id or name")
-    s.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends; "
-                   "the exit code is the job's (0 succeeded, 1 failed or cancelled)")
+    s.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="keep printing until the job ends; the exit code is the job's (0 succeeded, 1 failed or cancelled)",
+    )
     s.add_argument("--attempt", type=int, help="only this attempt (1, 2, ...)")
     s.set_defaults(func=cmd_logs)
 
@@ -455,9 +509,13 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("image", help="Compute Engine images with this notebook's Python and packages")
     image = s.add_subparsers(dest="image_command", metavar="IMAGE_COMMAND", required=True)
-    s = image.add_parser("build", parents=[common], help="bake an image with this Python's packages and nbburst",
-                         description="Bake a Compute Engine image with this notebook's Python version, its package "
-                                     "versions and nbburst, so job VMs boot without installing anything.")
+    s = image.add_parser(
+        "build",
+        parents=[common],
+        help="bake an image with this Python's packages and nbburst",
+        description="Bake a Compute Engine image with this notebook's Python version, its package "
+        "versions and nbburst, so job VMs boot without installing anything.",
+    )
     s.add_argument("--family", help="image family (default nbburst-pyXY for this Python)")
     base = s.add_mutually_exclusive_group()
     base.add_argument("--base-image", metavar="IMAGE", help="start from this image (projects/P/global/images/NAME)")
@@ -465,11 +523,16 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--base-project", metavar="PROJECT", help="project of --base-family (default: the project)")
     s.add_argument("--zone", help="zone of the builder VM (default: configuration)")
     s.add_argument("--machine-type", metavar="TYPE", help="builder machine type (default e2-standard-4)")
-    s.add_argument("--requirements", metavar="FILE", help="bake these requirements instead of this Python's "
-                   "installed packages (nbburst's own dependencies are added)")
+    s.add_argument(
+        "--requirements",
+        metavar="FILE",
+        help="bake these requirements instead of this Python's "
+        "installed packages (nbburst's own dependencies are added)",
+    )
     s.add_argument("--timeout", default="1h", help="give up on the build after this long (default 1h)")
-    s.add_argument("--dry-run", action="store_true", help="print the plan (base image, packages, builder) and "
-                   "create nothing")
+    s.add_argument(
+        "--dry-run", action="store_true", help="print the plan (base image, packages, builder) and create nothing"
+    )
     s.set_defaults(func=cmd_image_build)
     return p
 
@@ -498,7 +561,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"nbburst: {exc}", file=sys.stderr)
         return EXIT_FAILED if isinstance(exc, JobFailed) else EXIT_CONFIG
     except Exception as exc:
-        from .signing import SignatureError
+        from ..protocol.signing import SignatureError
 
         if isinstance(exc, SignatureError):
             print(f"nbburst: {exc}", file=sys.stderr)

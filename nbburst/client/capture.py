@@ -17,7 +17,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import CaptureError
+from ..errors import CaptureError
 
 # IPython's history and helpers: never sent, never brought back.
 _HIDDEN = re.compile(r"^(_|__|___|_i|_ii|_iii|_i\d+|_\d+|_ih|_oh|_dh|In|Out|get_ipython|exit|quit|display)$")
@@ -56,8 +56,16 @@ def analyse(code: str) -> CellAnalysis:
     return CellAnalysis(list(reads), ordered, sorted(set(deletes)), last_expr)
 
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
-           ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_SCOPES = (
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.Lambda,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+)
 
 
 def _loads(node: ast.AST | None, bound: set[str], reads: dict[str, None]) -> None:
@@ -181,8 +189,9 @@ class Capture:
     deletes: list[str] = field(default_factory=list)
 
 
-def capture(code: str, namespace: dict[str, Any], out: list[str] | None = None,
-            hidden: set[str] | frozenset[str] = frozenset()) -> Capture:
+def capture(
+    code: str, namespace: dict[str, Any], out: list[str] | None = None, hidden: set[str] | frozenset[str] = frozenset()
+) -> Capture:
     """Pick the inputs of ``code`` from ``namespace`` and the outputs to bring back."""
     analysis = analyse(code)
     result = Capture()
@@ -223,7 +232,4 @@ def unpicklable_message(name: str, value: Any, exc: BaseException) -> str:
     kind = describe_type(value)
     fix = next((hint for key, hint in _FIXES.items() if key.lower() in kind.lower()), None)
     fix = fix or "create it inside the cell, or make it picklable"
-    return (
-        f"variable {name!r} ({kind}) cannot be sent to the machine: {exc}. "
-        f"Fix: {fix}. Nothing was launched."
-    )
+    return f"variable {name!r} ({kind}) cannot be sent to the machine: {exc}. Fix: {fix}. Nothing was launched."

@@ -15,8 +15,8 @@ import sys
 import threading
 import time
 
-from nbburst.testing import compute_catalog as cat
-from nbburst.testing.compute_instance import Instance
+from nbburst.testing.compute import catalog as cat
+from nbburst.testing.compute.instance import Instance
 
 log = logging.getLogger("nbburst.testing")
 
@@ -114,8 +114,7 @@ class LifecycleMixin:
             return
         with self._lock:
             inst.preempted, inst.maintenance_event = True, "TERMINATE_ON_HOST_MAINTENANCE"
-            inst.metadata.update({"instance/preempted": "TRUE",
-                                  "instance/maintenance-event": inst.maintenance_event})
+            inst.metadata.update({"instance/preempted": "TRUE", "instance/maintenance-event": inst.maintenance_event})
         self._power_down(inst, self.preemption_grace if grace is None else grace, "preempted")
         self._terminate_by_action(inst, "compute.instances.preempted", "Instance was preempted.")
 
@@ -148,21 +147,28 @@ class LifecycleMixin:
                     self._pause(self.maintenance_notice)
                     self._power_down(inst, self.stop_grace, "host maintenance")
                     with self._lock:
-                        self._system_op(inst, "compute.instances.terminateOnHostMaintenance",
-                                        "Instance terminated for host maintenance.")
+                        self._system_op(
+                            inst,
+                            "compute.instances.terminateOnHostMaintenance",
+                            "Instance terminated for host maintenance.",
+                        )
                         self._terminated(inst)
                     if sched["automaticRestart"] and not self._closing:
                         with self._lock:
-                            self._system_op(inst, "compute.instances.automaticRestart",
-                                            "Instance automatically restarted.")
+                            self._system_op(
+                                inst, "compute.instances.automaticRestart", "Instance automatically restarted."
+                            )
                         self._boot(inst)
                 else:
                     self._set_maintenance(inst, "MIGRATE_ON_HOST_MAINTENANCE")
                     self._pause(min(self.maintenance_notice, 1.0))
                     self._set_maintenance(inst, "NONE")
                     with self._lock:
-                        self._system_op(inst, "compute.instances.migrateOnHostMaintenance",
-                                        "Instance migrated during host maintenance.")
+                        self._system_op(
+                            inst,
+                            "compute.instances.migrateOnHostMaintenance",
+                            "Instance migrated during host maintenance.",
+                        )
         finally:
             if op:
                 self._finish(op)
@@ -261,13 +267,14 @@ class LifecycleMixin:
         env = {k: v for k, v in os.environ.items() if not k.startswith("NBBURST_") and k not in dropped}
         env.update(self.instance_env)
         env.update(inst.metadata.env())
-        env.update({
-            "NBBURST_COMPUTE_ENDPOINT": self.endpoint,
-            "NBBURST_EMULATOR_INSTANCE": inst.path,
-            "HOSTNAME": inst.name,
-            "PATH": os.pathsep.join([str(self._bin), os.path.dirname(sys.executable),
-                                     env.get("PATH", os.defpath)]),
-        })
+        env.update(
+            {
+                "NBBURST_COMPUTE_ENDPOINT": self.endpoint,
+                "NBBURST_EMULATOR_INSTANCE": inst.path,
+                "HOSTNAME": inst.name,
+                "PATH": os.pathsep.join([str(self._bin), os.path.dirname(sys.executable), env.get("PATH", os.defpath)]),
+            }
+        )
         return env
 
     def _spawn(self, fn, *args) -> None:

@@ -204,7 +204,6 @@ class Status(_StateRecord):
     launched: float = 0.0  # when the machine was started (0: a launch is still in progress)
 
 
-
 @dataclass
 class Terminal(_StateRecord):
     """The job's end, written once (create-only) by whoever ends it."""
@@ -215,7 +214,6 @@ class Terminal(_StateRecord):
     at: float = field(default_factory=time.time)
     by: str = "agent"
     cost: dict[str, Any] | None = None
-
 
 
 # Log records. A chunk is UTF-8 JSON lines, one record a line:

@@ -58,21 +58,56 @@ ACCELERATORS: dict[str, AcceleratorType] = {
     a.name: a
     for a in (
         AcceleratorType(
-            "nvidia-tesla-t4", "NVIDIA T4", 4,
-            frozenset({"us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f",
-                       "us-east1-c", "us-east1-d", "europe-west4-b", "europe-west4-c"}),
+            "nvidia-tesla-t4",
+            "NVIDIA T4",
+            4,
+            frozenset(
+                {
+                    "us-central1-a",
+                    "us-central1-b",
+                    "us-central1-c",
+                    "us-central1-f",
+                    "us-east1-c",
+                    "us-east1-d",
+                    "europe-west4-b",
+                    "europe-west4-c",
+                }
+            ),
             "NVIDIA_T4_GPUS",
         ),
         AcceleratorType(
-            "nvidia-l4", "NVIDIA L4", 8,
-            frozenset({"us-central1-a", "us-central1-b", "us-central1-c", "us-east1-b", "us-east1-d",
-                       "europe-west4-a", "europe-west4-b", "europe-west4-c"}),
+            "nvidia-l4",
+            "NVIDIA L4",
+            8,
+            frozenset(
+                {
+                    "us-central1-a",
+                    "us-central1-b",
+                    "us-central1-c",
+                    "us-east1-b",
+                    "us-east1-d",
+                    "europe-west4-a",
+                    "europe-west4-b",
+                    "europe-west4-c",
+                }
+            ),
             "NVIDIA_L4_GPUS",
         ),
         AcceleratorType(
-            "nvidia-tesla-a100", "NVIDIA A100 40GB", 16,
-            frozenset({"us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f", "us-east1-b",
-                       "europe-west4-a", "europe-west4-b"}),
+            "nvidia-tesla-a100",
+            "NVIDIA A100 40GB",
+            16,
+            frozenset(
+                {
+                    "us-central1-a",
+                    "us-central1-b",
+                    "us-central1-c",
+                    "us-central1-f",
+                    "us-east1-b",
+                    "europe-west4-a",
+                    "europe-west4-b",
+                }
+            ),
             "NVIDIA_A100_GPUS",
         ),
     )
@@ -129,12 +164,19 @@ MACHINE_TYPES: dict[str, MachineType] = {
         *_series("n1-standard", (2, 4, 8, 16, 32, 64, 96), 3840),
         *[
             MachineType(f"g2-standard-{n}", n, gb * 1024, accelerator="nvidia-l4", accelerator_count=gpus)
-            for n, gb, gpus in ((4, 16, 1), (8, 32, 1), (12, 48, 1), (16, 64, 1), (24, 96, 2),
-                                (32, 128, 1), (48, 192, 4), (96, 384, 8))
+            for n, gb, gpus in (
+                (4, 16, 1),
+                (8, 32, 1),
+                (12, 48, 1),
+                (16, 64, 1),
+                (24, 96, 2),
+                (32, 128, 1),
+                (48, 192, 4),
+                (96, 384, 8),
+            )
         ],
         *[
-            MachineType(f"a2-highgpu-{g}g", 12 * g, 87040 * g, accelerator="nvidia-tesla-a100",
-                        accelerator_count=g)
+            MachineType(f"a2-highgpu-{g}g", 12 * g, 87040 * g, accelerator="nvidia-tesla-a100", accelerator_count=g)
             for g in (1, 2, 4, 8)
         ],
     ]
@@ -193,9 +235,7 @@ def machine_type_json(project: str, zone: str, m: MachineType) -> dict:
         "architecture": "X86_64",
     }
     if m.accelerator:
-        out["accelerators"] = [
-            {"guestAcceleratorType": m.accelerator, "guestAcceleratorCount": m.accelerator_count}
-        ]
+        out["accelerators"] = [{"guestAcceleratorType": m.accelerator, "guestAcceleratorCount": m.accelerator_count}]
     return out
 
 

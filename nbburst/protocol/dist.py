@@ -32,10 +32,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import __version__, payload, signing
+from .. import __version__
+from ..store import Store
+from . import payload, signing
 from .env import normalise
 from .job import BLOBS_PREFIX, JobLayout, blob_key
-from .store import Store
 
 #: The manifest of a job's machine software, relative to the job folder.
 _EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -44,13 +45,47 @@ _SKIP_SUFFIXES = (".pyc", ".pyo")
 
 #: Never installed on the machine to match the notebook: build tools, the kernel and its transport,
 #: Jupyter itself, and nbburst (which comes as the wheel).
-INFRASTRUCTURE = frozenset({
-    "nbburst", "pip", "setuptools", "wheel", "distribute", "ipykernel", "jupyter-client", "jupyter-core",
-    "jupyter-server", "jupyterlab", "jupyterlab-server", "notebook", "nbclient", "nbformat", "nbconvert",
-    "pyzmq", "tornado", "debugpy", "comm", "nest-asyncio", "appnope", "psutil", "platformdirs",
-    "ipywidgets", "widgetsnbextension", "jupyterlab-widgets", "pytest", "pluggy", "iniconfig",
-    "matplotlib-inline", "prompt-toolkit", "pexpect", "ptyprocess", "wcwidth", "decorator", "jedi", "parso",
-})
+INFRASTRUCTURE = frozenset(
+    {
+        "nbburst",
+        "pip",
+        "setuptools",
+        "wheel",
+        "distribute",
+        "ipykernel",
+        "jupyter-client",
+        "jupyter-core",
+        "jupyter-server",
+        "jupyterlab",
+        "jupyterlab-server",
+        "notebook",
+        "nbclient",
+        "nbformat",
+        "nbconvert",
+        "pyzmq",
+        "tornado",
+        "debugpy",
+        "comm",
+        "nest-asyncio",
+        "appnope",
+        "psutil",
+        "platformdirs",
+        "ipywidgets",
+        "widgetsnbextension",
+        "jupyterlab-widgets",
+        "pytest",
+        "pluggy",
+        "iniconfig",
+        "matplotlib-inline",
+        "prompt-toolkit",
+        "pexpect",
+        "ptyprocess",
+        "wcwidth",
+        "decorator",
+        "jedi",
+        "parso",
+    }
+)
 
 
 def _package_files(root: Path) -> list[Path]:
@@ -83,17 +118,25 @@ def _metadata_text() -> str:
     return f"Metadata-Version: 2.1\nName: nbburst\nVersion: {__version__}\n"
 
 
+#: The nbburst package folder (this module lives in ``nbburst/protocol``).
+_PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
 @functools.lru_cache(maxsize=4)
 def _build(fingerprint: tuple) -> tuple[str, bytes]:
-    root = Path(__file__).resolve().parent
+    root = _PACKAGE_ROOT
     dist_info = f"nbburst-{__version__}.dist-info"
     entries: list[tuple[str, bytes]] = []
     for path in _package_files(root):
         entries.append(("nbburst/" + path.relative_to(root).as_posix(), path.read_bytes()))
     entries.append((f"{dist_info}/METADATA", _metadata_text().encode()))
-    entries.append((f"{dist_info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: nbburst.dist\nRoot-Is-Purelib: true\n"
-                                          b"Tag: py3-none-any\n"))
-    entries.append((f"{dist_info}/entry_points.txt", b"[console_scripts]\nnbburst = nbburst.cli:main\n"))
+    entries.append(
+        (
+            f"{dist_info}/WHEEL",
+            b"Wheel-Version: 1.0\nGenerator: nbburst.protocol.dist\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+    )
+    entries.append((f"{dist_info}/entry_points.txt", b"[console_scripts]\nnbburst = nbburst.ui.cli:main\n"))
     record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in entries)
     record += f"{dist_info}/RECORD,,\n"
     entries.append((f"{dist_info}/RECORD", record.encode()))
@@ -109,8 +152,7 @@ def _build(fingerprint: tuple) -> tuple[str, bytes]:
 
 def wheel() -> tuple[str, bytes]:
     """``(file name, bytes)`` of a wheel of the running nbburst (rebuilt only when its files change)."""
-    root = Path(__file__).resolve().parent
-    return _build(_fingerprint(_package_files(root)))
+    return _build(_fingerprint(_package_files(_PACKAGE_ROOT)))
 
 
 # -- what the job needs -------------------------------------------------------------------------
@@ -215,8 +257,12 @@ def verify_manifest(key: bytes, manifest: dict[str, Any]) -> bool:
 def wheel_info() -> dict[str, Any]:
     """The wheel of the running nbburst: file name, blob key, the SHA-256 a VM checks, size (no upload)."""
     file_name, data = wheel()
-    return {"file": file_name, "blob": blob_key(payload.digest_bytes(data)),
-            "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    return {
+        "file": file_name,
+        "blob": blob_key(payload.digest_bytes(data)),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size": len(data),
+    }
 
 
 def upload_wheel(store: Store) -> dict[str, Any]:
@@ -226,17 +272,26 @@ def upload_wheel(store: Store) -> dict[str, Any]:
     return wheel_info()
 
 
-def publish(store: Store, layout: JobLayout, key: bytes, requirements_: dict[str, str] | None = None,
-            ) -> dict[str, Any]:
+def publish(
+    store: Store,
+    layout: JobLayout,
+    key: bytes,
+    requirements_: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Upload the wheel (once per Store) and write the job's signed ``dist/manifest.json``.
 
     Keeps an existing manifest (a relaunch must install what the first attempt did)."""
     existing = layout.dist_manifest
     if store.exists(existing):
         return json.loads(store.get(existing))
-    manifest = sign_manifest(key, {
-        "version": __version__, "python": ".".join(map(str, sys.version_info[:2])),
-        "wheel": upload_wheel(store), "requirements": dict(requirements_ or {}),
-    })
+    manifest = sign_manifest(
+        key,
+        {
+            "version": __version__,
+            "python": ".".join(map(str, sys.version_info[:2])),
+            "wheel": upload_wheel(store),
+            "requirements": dict(requirements_ or {}),
+        },
+    )
     store.put(existing, json.dumps(manifest, sort_keys=True, indent=1).encode())
     return manifest

@@ -18,11 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__, config, payload, pricing, signing
-from .capture import Capture, unpicklable_message
-from .env import manifest
-from .errors import CaptureError, JobCancelled, JobFailed, JobNotFound, RemoteError, UsageError
-from .job import (
+from .. import __version__, config
+from ..errors import CaptureError, JobCancelled, JobFailed, JobNotFound, RemoteError, UsageError
+from ..machines import Machines, open_machines
+from ..machines.base import GONE, STOPPED, machine_name
+from ..options import Options
+from ..protocol import payload, pricing, signing
+from ..protocol.env import manifest
+from ..protocol.job import (
     BLOBS_PREFIX,
     DESCRIBE_SECONDS,
     QUICK_STALE_SECONDS,
@@ -38,11 +41,9 @@ from .job import (
     new_job_id,
     valid_job_id,
 )
-from .machines import Machines, open_machines
-from .machines.base import GONE, STOPPED, machine_name
-from .options import Options
-from .outcome import commit_terminal, read_error
-from .store import AlreadyExists, NotFound, Store, open_store
+from ..protocol.outcome import commit_terminal, read_error
+from ..store import AlreadyExists, NotFound, Store, open_store
+from .capture import Capture, unpicklable_message
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor  # it imports this module: made lazily in Job.supervisor
@@ -99,8 +100,16 @@ class Burst:
         values = {"__fn__": fn, "__args__": args, "__kwargs__": kwargs}
         return self._submit("call", "", values, {}, options or self.options(), None, [])
 
-    def _submit(self, kind: str, code: str, values: dict[str, Any], modules: dict[str, str], options: Options,
-                outputs: list[str] | None, deletes: list[str]) -> Job:
+    def _submit(
+        self,
+        kind: str,
+        code: str,
+        values: dict[str, Any],
+        modules: dict[str, str],
+        options: Options,
+        outputs: list[str] | None,
+        deletes: list[str],
+    ) -> Job:
         machines = self.machines(options.backend)
         plan = machines.plan(options.resources)  # refuses what the backend cannot do, before anything else
         pricing.price_plan(plan, options.backend, self.settings)
@@ -113,8 +122,9 @@ class Burst:
         layout = JobLayout(job_id)
         key = self.keyring.create(job_id)
         try:
-            spec = self._write_job(store, layout, key, kind, code, encoded, modules, files, options, outputs,
-                                   deletes, plan.to_dict())
+            spec = self._write_job(
+                store, layout, key, kind, code, encoded, modules, files, options, outputs, deletes, plan.to_dict()
+            )
         except BaseException:
             store.delete_prefix(layout.prefix)  # no half-written job
             self.keyring.delete(job_id)
@@ -123,10 +133,21 @@ class Burst:
         job._launch(attempt=1)
         return job
 
-    def _write_job(self, store: Store, layout: JobLayout, key: bytes, kind: str, code: str,
-                   encoded: dict[str, payload.Encoded], modules: dict[str, str], files: dict[str, Path],
-                   options: Options, outputs: list[str] | None, deletes: list[str],
-                   plan: dict[str, Any]) -> JobSpec:
+    def _write_job(
+        self,
+        store: Store,
+        layout: JobLayout,
+        key: bytes,
+        kind: str,
+        code: str,
+        encoded: dict[str, payload.Encoded],
+        modules: dict[str, str],
+        files: dict[str, Path],
+        options: Options,
+        outputs: list[str] | None,
+        deletes: list[str],
+        plan: dict[str, Any],
+    ) -> JobSpec:
         digests: dict[str, str] = {}
 
         def put(name: str, data: bytes) -> None:
@@ -140,10 +161,21 @@ class Burst:
         if files:
             put("files.json", json.dumps({rel: upload_file(store, path) for rel, path in files.items()}).encode())
         spec = JobSpec(
-            job_id=layout.job_id, name=options.name or layout.job_id, backend=options.backend, kind=kind,
-            resources=options.resources, timeout_s=options.timeout_s, max_restarts=options.max_restarts,
-            outputs=outputs, deleted=deletes, files=sorted(files), owner=config.owner(self.settings),
-            client_version=__version__, python=manifest()["python"], digests=digests, plan=plan,
+            job_id=layout.job_id,
+            name=options.name or layout.job_id,
+            backend=options.backend,
+            kind=kind,
+            resources=options.resources,
+            timeout_s=options.timeout_s,
+            max_restarts=options.max_restarts,
+            outputs=outputs,
+            deleted=deletes,
+            files=sorted(files),
+            owner=config.owner(self.settings),
+            client_version=__version__,
+            python=manifest()["python"],
+            digests=digests,
+            plan=plan,
         )
         spec.signature = signing.sign_text(key, spec.signed_payload())
         store.create(layout.spec, spec.to_json())  # written last: now the job exists
@@ -191,8 +223,7 @@ class Burst:
             known = {job_id for url, job_id in self._handles if url == store.url}
             for gone in known - set(ids):  # deleted meanwhile (nbburst gc)
                 del self._handles[(store.url, gone)]
-        return [self.handle(store, job_id) for job_id in ids
-                if job_id in known or store.exists(JobLayout(job_id).spec)]
+        return [self.handle(store, job_id) for job_id in ids if job_id in known or store.exists(JobLayout(job_id).spec)]
 
 
 def _encode_all(values: dict[str, Any]) -> dict[str, payload.Encoded]:
@@ -361,8 +392,12 @@ class Job:
 
     def _launch(self, attempt: int) -> None:
         """Claim ``attempt`` (create-only, so two supervisors never both launch it) and start it."""
-        claim = Status(attempt=attempt, state=State.PROVISIONING, machine=machine_name(self.id),
-                       message=f"starting {self.spec.plan.get('machine_type', 'machine')}")
+        claim = Status(
+            attempt=attempt,
+            state=State.PROVISIONING,
+            machine=machine_name(self.id),
+            message=f"starting {self.spec.plan.get('machine_type', 'machine')}",
+        )
         self.store.create(self.layout.status(attempt), claim.to_json())
         try:
             self.start_machine(claim, self.spec)
@@ -391,8 +426,9 @@ class Job:
 
     def _commit(self, state: State, reason: str, by: str) -> State:
         statuses = self.statuses()
-        return commit_terminal(self.store, self.layout, self.spec, state, reason,
-                               statuses[-1].attempt if statuses else 0, by, statuses)
+        return commit_terminal(
+            self.store, self.layout, self.spec, state, reason, statuses[-1].attempt if statuses else 0, by, statuses
+        )
 
     def _cost(self, ended: float | None = None, statuses: list[Status] | None = None) -> dict[str, Any]:
         """Cost so far (or in total, given the end time) by component, and the saving versus on-demand."""
@@ -404,7 +440,7 @@ class Job:
     def supervise(self) -> State:
         """Relaunch the job if its machine vanished without a verdict (preemption); returns its state.
 
-        Cheap while nothing needs doing; see :mod:`nbburst.supervisor` (lease, backoff, history).
+        Cheap while nothing needs doing; see :mod:`nbburst.client.supervisor` (lease, backoff, history).
         Once the job has ended, makes sure its machine is gone (once per handle)."""
         state = self.supervisor.step()
         if state.terminal and not self._cleaned_up:
@@ -434,8 +470,13 @@ class Job:
     def tail(self) -> LogTail:
         return LogTail(self.store, self.layout)
 
-    def wait(self, timeout: float | None = None, on_record: Callable[[dict[str, Any]], None] | None = None,
-             supervise: bool = True, tail: LogTail | None = None) -> State:
+    def wait(
+        self,
+        timeout: float | None = None,
+        on_record: Callable[[dict[str, Any]], None] | None = None,
+        supervise: bool = True,
+        tail: LogTail | None = None,
+    ) -> State:
         """Block until the job ends, streaming log records to ``on_record``; returns the final state.
 
         Pass a ``tail`` to resume reading where an earlier reader of it stopped (no record twice)."""
@@ -459,8 +500,11 @@ class Job:
                 return state
             # Poll tightly while the job is young (short cells), then settle to the configured pace.
             young = time.monotonic() - start < 5
-            ceiling = self.store.min_poll_seconds if young else max(self.store.min_poll_seconds,
-                                                                    self.burst.settings.poll_interval)
+            ceiling = (
+                self.store.min_poll_seconds
+                if young
+                else max(self.store.min_poll_seconds, self.burst.settings.poll_interval)
+            )
             delay = 0.005 if got else min(delay * 2, ceiling)
             time.sleep(delay)
 
@@ -537,15 +581,31 @@ class Job:
         elapsed = max(0.0, (ended or time.time()) - (started or self.spec.created))
         cost = (terminal.cost if terminal and terminal.cost else None) or self._cost(ended, statuses)
         return {
-            "id": self.id, "name": self.spec.name, "state": state.value, "attempt": status.attempt if status else 0,
-            "backend": self.spec.backend, "kind": self.spec.kind,
-            "machine": {"type": plan.get("machine_type"), "cores": plan.get("cores"),
-                        "memory_gb": plan.get("memory_gb"), "gpu": plan.get("gpu"),
-                        "gpu_count": plan.get("gpu_count"), "spot": plan.get("spot"),
-                        "zone": plan.get("zone")} if plan else None,
-            "created": self.spec.created, "started": started, "ended": ended, "elapsed_s": round(elapsed, 1),
-            "cost_usd": round(cost["total"], 4), "cost_per_hour_usd": cost["per_hour"],
-            "saving_usd": round(cost["saving"], 4), "cost": cost,
+            "id": self.id,
+            "name": self.spec.name,
+            "state": state.value,
+            "attempt": status.attempt if status else 0,
+            "backend": self.spec.backend,
+            "kind": self.spec.kind,
+            "machine": {
+                "type": plan.get("machine_type"),
+                "cores": plan.get("cores"),
+                "memory_gb": plan.get("memory_gb"),
+                "gpu": plan.get("gpu"),
+                "gpu_count": plan.get("gpu_count"),
+                "spot": plan.get("spot"),
+                "zone": plan.get("zone"),
+            }
+            if plan
+            else None,
+            "created": self.spec.created,
+            "started": started,
+            "ended": ended,
+            "elapsed_s": round(elapsed, 1),
+            "cost_usd": round(cost["total"], 4),
+            "cost_per_hour_usd": cost["per_hour"],
+            "saving_usd": round(cost["saving"], 4),
+            "cost": cost,
             "progress": status.progress if status else None,
             "message": (terminal.reason if terminal else status.message if status else ""),
         }

@@ -28,8 +28,7 @@ PREFIX = "/computeMetadata/v1"
 class MetadataServer:
     """One metadata server. Use as a context manager or call start()/stop()."""
 
-    def __init__(self, values: Mapping[str, Any] | None = None, *, port: int = 0,
-                 wait_timeout: float = 60.0):
+    def __init__(self, values: Mapping[str, Any] | None = None, *, port: int = 0, wait_timeout: float = 60.0):
         self._tree: dict = {}
         self._cond = threading.Condition()
         self._closed = False
@@ -104,8 +103,9 @@ class MetadataServer:
         httpd.daemon_threads = True
         httpd.metadata = self  # type: ignore[attr-defined]
         self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name=f"metadata-server-{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, name=f"metadata-server-{self.port}", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -187,12 +187,15 @@ class _Handler(BaseHTTPRequestHandler):
         if url.path in ("", "/"):
             return self._send(200, "application/text", "computeMetadata/\n")
         if self.headers.get("Metadata-Flavor") != "Google":
-            return self._send(403, "text/html; charset=UTF-8",
-                              "Your client does not have permission to get URL from this server. "
-                              "Missing Metadata-Flavor:Google header.\n")
+            return self._send(
+                403,
+                "text/html; charset=UTF-8",
+                "Your client does not have permission to get URL from this server. "
+                "Missing Metadata-Flavor:Google header.\n",
+            )
         if not (url.path == PREFIX or url.path.startswith(PREFIX + "/")):
             return self._send(404, "text/html; charset=UTF-8", "Not Found\n")
-        parts = _split(url.path[len(PREFIX):])
+        parts = _split(url.path[len(PREFIX) :])
         wait = query.get("wait_for_change", "").lower() == "true"
         with md._cond:
             status, ctype, body = md._render(parts, query)

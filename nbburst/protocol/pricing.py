@@ -132,7 +132,7 @@ def table(overrides: dict[str, Any] | None = None, price_file: str | None = None
         try:
             _merge(merged, json.loads(Path(price_file).expanduser().read_text()))
         except (OSError, ValueError) as exc:
-            from .errors import UsageError
+            from ..errors import UsageError
 
             raise UsageError(f"price_file: cannot read {price_file!r} as JSON prices: {exc}") from None
     if overrides:
@@ -191,9 +191,18 @@ def _entry(prices: dict[str, Any], kind: str, name: str, region: str, notes: lis
     return {k: float(v) * factor for k, v in base.items() if isinstance(v, (int, float))}
 
 
-def hourly(family: str, cores: float, memory_gb: float, gpu: str | None = None, gpu_count: int = 0,
-           spot: bool = True, region: str | None = None, disk_gb: float = 0.0,
-           prices: dict[str, Any] | None = None, disk_type: str = "pd-balanced") -> Breakdown:
+def hourly(
+    family: str,
+    cores: float,
+    memory_gb: float,
+    gpu: str | None = None,
+    gpu_count: int = 0,
+    spot: bool = True,
+    region: str | None = None,
+    disk_gb: float = 0.0,
+    prices: dict[str, Any] | None = None,
+    disk_type: str = "pd-balanced",
+) -> Breakdown:
     """The hourly price of a machine of ``family`` (``n2``, or a full type like ``n2-standard-8``).
 
     Unknown families are priced like N2 and unknown GPUs cost 0, each with a note,
@@ -217,14 +226,26 @@ def hourly(family: str, cores: float, memory_gb: float, gpu: str | None = None, 
 
     def parts(use_spot: bool) -> tuple[float, float, float]:
         pre = "spot_" if use_spot else ""
-        return (cores * rates.get(pre + "vcpu", rates.get("vcpu", 0.0)),
-                memory_gb * rates.get(pre + "gb", rates.get("gb", 0.0)),
-                gpu_count * gpu_rates.get(pre + "hour", gpu_rates.get("hour", 0.0)))
+        return (
+            cores * rates.get(pre + "vcpu", rates.get("vcpu", 0.0)),
+            memory_gb * rates.get(pre + "gb", rates.get("gb", 0.0)),
+            gpu_count * gpu_rates.get(pre + "hour", gpu_rates.get("hour", 0.0)),
+        )
 
     vcpu, mem, gpu_cost = parts(spot)
     od = sum(parts(False)) + disk
-    return Breakdown(vcpu=vcpu, memory=mem, gpu=gpu_cost, disk=disk, spot=spot, region=region, family=fam,
-                     on_demand=od, as_of=str(prices.get("as_of", PRICES_AS_OF)), notes=list(dict.fromkeys(notes)))
+    return Breakdown(
+        vcpu=vcpu,
+        memory=mem,
+        gpu=gpu_cost,
+        disk=disk,
+        spot=spot,
+        region=region,
+        family=fam,
+        on_demand=od,
+        as_of=str(prices.get("as_of", PRICES_AS_OF)),
+        notes=list(dict.fromkeys(notes)),
+    )
 
 
 def local() -> Breakdown:
@@ -232,8 +253,9 @@ def local() -> Breakdown:
     return Breakdown(region="local", family="local", local=True)
 
 
-def for_plan(plan: dict[str, Any] | None, backend: str = "gce", disk_gb: float = 0.0,
-             prices: dict[str, Any] | None = None) -> Breakdown:
+def for_plan(
+    plan: dict[str, Any] | None, backend: str = "gce", disk_gb: float = 0.0, prices: dict[str, Any] | None = None
+) -> Breakdown:
     """The hourly breakdown of a job's :class:`~nbburst.machines.base.Plan` (as a dict)."""
     plan = plan or {}
     if backend == "local" or plan.get("machine_type") == "local":
@@ -243,25 +265,44 @@ def for_plan(plan: dict[str, Any] | None, backend: str = "gce", disk_gb: float =
     if not gpu:
         gpu, count = builtin_gpus(machine_type)
     disk_gb = float((plan.get("extra") or {}).get("disk_gb", disk_gb) or 0.0)
-    return hourly(family_of(machine_type), float(plan.get("cores") or 0), float(plan.get("memory_gb") or 0.0),
-                  gpu, count, bool(plan.get("spot", True)), plan.get("zone"), disk_gb, prices)
+    return hourly(
+        family_of(machine_type),
+        float(plan.get("cores") or 0),
+        float(plan.get("memory_gb") or 0.0),
+        gpu,
+        count,
+        bool(plan.get("spot", True)),
+        plan.get("zone"),
+        disk_gb,
+        prices,
+    )
 
 
 def cost(breakdown: Breakdown, seconds: float) -> dict[str, Any]:
     """What ``seconds`` on the machine cost, by component, and the saving versus on-demand."""
     hours = max(0.0, seconds) / 3600.0
     out = {
-        "vcpu": breakdown.vcpu * hours, "memory": breakdown.memory * hours, "gpu": breakdown.gpu * hours,
+        "vcpu": breakdown.vcpu * hours,
+        "memory": breakdown.memory * hours,
+        "gpu": breakdown.gpu * hours,
         "disk": breakdown.disk * hours,
     }
     total = sum(out.values())
     on_demand = breakdown.on_demand * hours
     out = {k: round(v, 6) for k, v in out.items()}
-    out.update({
-        "total": round(total, 6), "on_demand": round(on_demand, 6), "saving": round(max(0.0, on_demand - total), 6),
-        "per_hour": round(breakdown.total, 6), "seconds": round(max(0.0, seconds), 3), "spot": breakdown.spot,
-        "region": breakdown.region, "local": breakdown.local, "as_of": breakdown.as_of,
-    })
+    out.update(
+        {
+            "total": round(total, 6),
+            "on_demand": round(on_demand, 6),
+            "saving": round(max(0.0, on_demand - total), 6),
+            "per_hour": round(breakdown.total, 6),
+            "seconds": round(max(0.0, seconds), 3),
+            "spot": breakdown.spot,
+            "region": breakdown.region,
+            "local": breakdown.local,
+            "as_of": breakdown.as_of,
+        }
+    )
     return out
 
 
@@ -310,8 +351,7 @@ def breakdown_of(plan: dict[str, Any] | None, backend: str = "gce") -> Breakdown
     return breakdown
 
 
-def machine_seconds(created: float, statuses: list[Any], ended: float | None = None,
-                    now: float | None = None) -> float:
+def machine_seconds(created: float, statuses: list[Any], ended: float | None = None, now: float | None = None) -> float:
     """Seconds of machine time over all attempts: each from its machine's launch (``Status.launched``;
     without it attempt 1 from submission, later ones from their start) to its last heartbeat, the
     last one to the job's end (or now while it runs)."""
@@ -333,6 +373,6 @@ def machine_seconds(created: float, statuses: list[Any], ended: float | None = N
 
 
 def job_cost(spec: Any, statuses: list[Any], ended: float | None = None, now: float | None = None) -> dict[str, Any]:
-    """:func:`cost` of a job (a :class:`~nbburst.job.JobSpec`) so far, or in total once ``ended``."""
+    """:func:`cost` of a job (a :class:`~nbburst.protocol.job.JobSpec`) so far, or in total once ``ended``."""
     breakdown = breakdown_of(spec.plan, spec.backend)
     return cost(breakdown, machine_seconds(spec.created, statuses, ended, now))

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import config, pricing
-from ..job import Resources
-from . import gce_types
-from .base import Check
+from ... import config
+from ...protocol import pricing
+from ...protocol.job import Resources
+from ..base import Check
+from . import types as gce_types
 
 if TYPE_CHECKING:
-    from .gce import GCEMachines
+    from .machines import GCEMachines
 
 
 def doctor(machines: GCEMachines, resources: Resources | None = None) -> list[Check]:
@@ -31,8 +32,9 @@ def doctor(machines: GCEMachines, resources: Resources | None = None) -> list[Ch
 
     def creds() -> Any:
         if machines.endpoint:
-            checks.append(Check("credentials", True, f"Compute Engine emulator at {machines.endpoint} "
-                                "(anonymous credentials)"))
+            checks.append(
+                Check("credentials", True, f"Compute Engine emulator at {machines.endpoint} (anonymous credentials)")
+            )
             return True
         c = machines._credentials()
         who = getattr(c, "service_account_email", None) or getattr(c, "signer_email", None) or "user credentials"
@@ -44,15 +46,21 @@ def doctor(machines: GCEMachines, resources: Resources | None = None) -> list[Ch
     where = check("project and zone", lambda: (machines.project, machines._zone_setting(resources)))
     if not where:
         return checks
-    from .gce import workbench
+    from .machines import workbench
 
-    checks.append(Check("project and zone", True, f"project {where[0]}, zone {where[1]}"
-                        + (" (on a Vertex AI Workbench instance)" if workbench() else "")))
+    checks.append(
+        Check(
+            "project and zone",
+            True,
+            f"project {where[0]}, zone {where[1]}" + (" (on a Vertex AI Workbench instance)" if workbench() else ""),
+        )
+    )
 
     def compute_api() -> Any:
         zones = machines._zones_for(resources or Resources())
-        zone = machines._api("reading the zone", machines._client("ZonesClient").get, project=machines.project,
-                         zone=zones[0], timeout=30)
+        zone = machines._api(
+            "reading the zone", machines._client("ZonesClient").get, project=machines.project, zone=zones[0], timeout=30
+        )
         checks.append(Check("compute api", True, f"zone {zone.name} is {zone.status}"))
         return zones
 
@@ -65,25 +73,46 @@ def doctor(machines: GCEMachines, resources: Resources | None = None) -> list[Ch
     def quota() -> None:
         plan_zone = zones[0]
         catalog = machines._catalog(plan_zone)
-        choice = gce_types.choose(res, catalog, plan_zone, pricing.table_for(machines.settings),
-                                  machines._gpus(plan_zone) if res.gpu else None)
+        choice = gce_types.choose(
+            res,
+            catalog,
+            plan_zone,
+            pricing.table_for(machines.settings),
+            machines._gpus(plan_zone) if res.gpu else None,
+        )
         for spot in (True, False):
             problem = machines._quota_problem(plan_zone, choice.machine, choice.gpu, choice.gpu_count, spot)
             kind = "spot" if spot else "standard"
             if problem:
-                checks.append(Check(f"{kind} quota", False, problem, warning=not spot,
-                                    fix=f"request more quota: {machines._quota_link('CPUS')}"))
+                checks.append(
+                    Check(
+                        f"{kind} quota",
+                        False,
+                        problem,
+                        warning=not spot,
+                        fix=f"request more quota: {machines._quota_link('CPUS')}",
+                    )
+                )
             else:
-                checks.append(Check(f"{kind} quota", True, f"room for a {kind} {choice.machine.name} "
-                                    f"({choice.machine.cpus} vCPUs) in {pricing.region_of(plan_zone)}"))
+                checks.append(
+                    Check(
+                        f"{kind} quota",
+                        True,
+                        f"room for a {kind} {choice.machine.name} "
+                        f"({choice.machine.cpus} vCPUs) in {pricing.region_of(plan_zone)}",
+                    )
+                )
 
     check("quota", quota)
 
     def image() -> None:
         path, py, source = machines._image(res)
         machines._check_python(path, py)
-        checks.append(Check("image", True, f"{path} from {source}"
-                            + (f", Python {py}" if py else " (Python version not labelled)")))
+        checks.append(
+            Check(
+                "image", True, f"{path} from {source}" + (f", Python {py}" if py else " (Python version not labelled)")
+            )
+        )
 
     check("image", image)
     return checks
@@ -92,15 +121,27 @@ def doctor(machines: GCEMachines, resources: Resources | None = None) -> list[Ch
 def _bucket(machines: GCEMachines) -> list[Check]:
     url = config.store_url(machines.settings, "gce")
     if not url.startswith("gs://"):
-        return [Check("bucket", False, f"store root {url} is not a gs:// bucket",
-                      fix="set c.NBBurst.bucket (VMs read and write the job there)")]
-    bucket_name = url[len("gs://"):].split("/", 1)[0]
+        return [
+            Check(
+                "bucket",
+                False,
+                f"store root {url} is not a gs:// bucket",
+                fix="set c.NBBurst.bucket (VMs read and write the job there)",
+            )
+        ]
+    bucket_name = url[len("gs://") :].split("/", 1)[0]
     store = machines._store(url)
     bucket = store.client.bucket(bucket_name)
     if not bucket.exists(timeout=30):
-        return [Check("bucket", False, f"gs://{bucket_name} does not exist",
-                      fix=f"gcloud storage buckets create gs://{bucket_name} --location=REGION "
-                          "--uniform-bucket-level-access --public-access-prevention")]
+        return [
+            Check(
+                "bucket",
+                False,
+                f"gs://{bucket_name} does not exist",
+                fix=f"gcloud storage buckets create gs://{bucket_name} --location=REGION "
+                "--uniform-bucket-level-access --public-access-prevention",
+            )
+        ]
     out = [Check("bucket", True, f"gs://{bucket_name} exists (storage api reachable)")]
     try:
         bucket.reload(timeout=30)
@@ -110,9 +151,15 @@ def _bucket(machines: GCEMachines) -> list[Check]:
     if pap == "enforced":
         out.append(Check("public access prevention", True, f"enforced on gs://{bucket_name}"))
     else:
-        out.append(Check("public access prevention", False, f"{pap or 'not known'} on gs://{bucket_name}: job "
-                         "inputs and results could be made public by an ACL", warning=True,
-                         fix=f"gcloud storage buckets update gs://{bucket_name} --public-access-prevention"))
+        out.append(
+            Check(
+                "public access prevention",
+                False,
+                f"{pap or 'not known'} on gs://{bucket_name}: job inputs and results could be made public by an ACL",
+                warning=True,
+                fix=f"gcloud storage buckets update gs://{bucket_name} --public-access-prevention",
+            )
+        )
     return out
 
 

@@ -41,8 +41,8 @@ def verify(key: bytes, signed: bytes, what: str = "payload") -> bytes:
     if not signed.startswith(MAGIC) or len(signed) < len(MAGIC) + _DIGEST:
         raise SignatureError(f"{what} is not signed by nbburst; refusing to load it")
     view = memoryview(signed)
-    tag = bytes(view[len(MAGIC):len(MAGIC) + _DIGEST])
-    payload = view[len(MAGIC) + _DIGEST:]
+    tag = bytes(view[len(MAGIC) : len(MAGIC) + _DIGEST])
+    payload = view[len(MAGIC) + _DIGEST :]
     if not hmac.compare_digest(tag, mac(key, payload)):
         raise SignatureError(
             f"{what} failed its signature check: it was altered in the store or signed with another "
@@ -88,7 +88,7 @@ def verify_file(key: bytes, signed: str | os.PathLike[str], dest: str | os.PathL
             while chunk := f.read(_READ):
                 h.update(chunk)
                 w.write(chunk)
-    if not hmac.compare_digest(h.digest(), head[len(MAGIC):]):
+    if not hmac.compare_digest(h.digest(), head[len(MAGIC) :]):
         os.unlink(out)
         raise SignatureError(f"{what} failed its signature check; refusing to load it")
     os.replace(out, dest)

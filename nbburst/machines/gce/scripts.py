@@ -35,7 +35,7 @@ from __future__ import annotations
 # google-cloud-storage only. argv: BASE folder. Exit status 0 = the venv has the job's wheel.
 # The metadata server, read from a script on the VM before nbburst is installed there (retries: the
 # server may not answer in the first seconds of a boot). Shared by every script that runs on a VM.
-METADATA_PY = r'''
+METADATA_PY = r"""
 def md(path, default=None):
     host = os.environ.get("GCE_METADATA_HOST") or "metadata.google.internal"
     req = urllib.request.Request(f"http://{host}/computeMetadata/v1/{path}", headers={"Metadata-Flavor": "Google"})
@@ -50,9 +50,9 @@ def md(path, default=None):
             pass
         time.sleep(1)
     return default
-'''
+"""
 
-BOOTSTRAP = r'''
+BOOTSTRAP = r"""
 import hashlib, hmac, json, os, subprocess, sys, time, urllib.error, urllib.request
 
 BASE = sys.argv[1]
@@ -148,7 +148,7 @@ if pip.returncode:
 with open(marker, "w") as f:
     f.write(wheel["sha256"])
 say(f"nbburst {manifest['version']} installed")
-'''.replace("__METADATA__", METADATA_PY.strip("\n"))
+""".replace("__METADATA__", METADATA_PY.strip("\n"))
 
 STARTUP = r"""#!/bin/bash
 # nbburst: startup script of a job's VM. Runs on every boot; see nbburst/machines/gce_scripts.py.

@@ -1,7 +1,7 @@
 """``nbburst image build``: bake a Compute Engine image with this notebook's Python and packages.
 
 A job's VM boots fast when what it needs is already on its disk: the startup
-script (:mod:`nbburst.machines.gce_scripts`) then finds the venv, sees that it
+script (:mod:`nbburst.machines.gce.scripts`) then finds the venv, sees that it
 holds the job's nbburst wheel, and starts the agent at once; the agent finds
 the notebook's packages at the notebook's versions and installs nothing.
 
@@ -18,10 +18,10 @@ What a baked image holds (the contract with the job's startup script):
 How, in order (everything that can be refused is refused in :func:`plan`,
 which reads and creates nothing; ``--dry-run`` stops there):
 
-1. ``plan``: the packages (this Python's :func:`nbburst.env.manifest`, or a
+1. ``plan``: the packages (this Python's :func:`nbburst.protocol.env.manifest`, or a
    requirements file, plus nbburst's own dependencies), the base image (the
    default has the notebook's Python), the zone, machine type and quota;
-2. the nbburst wheel of this process (:mod:`nbburst.dist`) is stored in the
+2. the nbburst wheel of this process (:mod:`nbburst.protocol.dist`) is stored in the
    bucket, content-addressed (``blobs/<sha256>``, shared with jobs);
 3. a builder VM (on-demand; labels ``nbburst-image-build=<family>`` and
    ``nbburst-owner``; ``maxRunDuration`` then DELETE, so an abandoned builder
@@ -50,16 +50,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__, config, dist, env
-from ..durations import format_duration, parse_duration
-from ..env import normalise
-from ..errors import BurstError, UsageError
-from ..job import Resources
-from .gce import _label, console_tail
-from .gce_scripts import METADATA_PY
+from ... import __version__, config
+from ...errors import BurstError, UsageError
+from ...protocol import dist, env
+from ...protocol.durations import format_duration, parse_duration
+from ...protocol.env import normalise
+from ...protocol.job import Resources
+from .machines import _label, console_tail
+from .scripts import METADATA_PY
 
 if TYPE_CHECKING:
-    from .gce import GCEMachines
+    from .machines import GCEMachines
 
 DEFAULT_MACHINE_TYPE = "e2-standard-4"
 DEFAULT_TIMEOUT = "1h"
@@ -135,8 +136,7 @@ def _installed() -> dict[str, tuple[str, list[str], str | None]]:
     return out
 
 
-def nbburst_dependencies(installed: dict[str, tuple[str, list[str], str | None]] | None = None
-                         ) -> dict[str, str]:
+def nbburst_dependencies(installed: dict[str, tuple[str, list[str], str | None]] | None = None) -> dict[str, str]:
     """nbburst's runtime dependencies, with theirs, at the versions installed here: the agent needs them."""
     installed = _installed() if installed is None else installed
     todo = list(installed.get("nbburst", ("", [], None))[1])
@@ -162,17 +162,18 @@ def read_requirements(path: str) -> list[str]:
         if not line or line.startswith("#"):
             continue
         if _LOCAL_LINE.match(line):
-            raise UsageError(f"--requirements {path}, line {number}: {line!r} refers to a local file or folder, "
-                             "which the builder VM cannot read; list packages from an index instead")
+            raise UsageError(
+                f"--requirements {path}, line {number}: {line!r} refers to a local file or folder, "
+                "which the builder VM cannot read; list packages from an index instead"
+            )
         lines.append(line)
     return lines
 
 
-def packages_to_bake(requirements_file: str | None = None
-                     ) -> tuple[dict[str, str], list[str], dict[str, str]]:
+def packages_to_bake(requirements_file: str | None = None) -> tuple[dict[str, str], list[str], dict[str, str]]:
     """(``{name: version}`` pins, requirement lines, ``{name: why skipped}``).
 
-    Without a requirements file: every distribution of this Python (:func:`nbburst.env.manifest`) at its
+    Without a requirements file: every distribution of this Python (:func:`nbburst.protocol.env.manifest`) at its
     version, except those in :data:`NOT_BAKED` and those not installable from an index. With one: its lines
     as they are. Both add nbburst's own dependencies (at the versions installed here; a package the file
     names is left to the file)."""
@@ -181,8 +182,9 @@ def packages_to_bake(requirements_file: str | None = None
     skipped: dict[str, str] = {}
     if requirements_file:
         lines = read_requirements(requirements_file)
-        named = {normalise(m.group(1)) for line in lines if not line.startswith("-")
-                 for m in [_REQ_NAME.match(line)] if m}
+        named = {
+            normalise(m.group(1)) for line in lines if not line.startswith("-") for m in [_REQ_NAME.match(line)] if m
+        }
         return {n: v for n, v in deps.items() if n not in named}, lines, skipped
     pins: dict[str, str] = {}
     for name, version in env.manifest()["packages"].items():
@@ -245,8 +247,14 @@ class BuildPlan:
             f"nbburst:    {__version__}, wheel {self.wheel_file} ({self.wheel_size} bytes, sha256 "
             f"{self.wheel_sha256[:12]}…) via {self.wheel_url}",
             f"packages:   {len(listed)} from {source} (those the base image has at these versions are skipped):",
-            textwrap.fill(", ".join(listed) or "(none)", width=110, initial_indent="    ",
-                          subsequent_indent="    ", break_on_hyphens=False, break_long_words=False),
+            textwrap.fill(
+                ", ".join(listed) or "(none)",
+                width=110,
+                initial_indent="    ",
+                subsequent_indent="    ",
+                break_on_hyphens=False,
+                break_long_words=False,
+            ),
         ]
         if self.skipped:
             lines.append(f"not baked:  {len(self.skipped)}:")
@@ -256,27 +264,39 @@ class BuildPlan:
 
     def spec(self) -> dict[str, Any]:
         """What the builder reads from its metadata (``nbburst-image-spec``)."""
-        return {"python": self.python, "family": self.family, "image": self.image_name, "nbburst": __version__,
-                "packages": self.packages, "requirements": self.requirements,
-                "wheel": {"url": self.wheel_url, "file": self.wheel_file, "sha256": self.wheel_sha256}}
+        return {
+            "python": self.python,
+            "family": self.family,
+            "image": self.image_name,
+            "nbburst": __version__,
+            "packages": self.packages,
+            "requirements": self.requirements,
+            "wheel": {"url": self.wheel_url, "file": self.wheel_file, "sha256": self.wheel_sha256},
+        }
 
 
-def _resolve_base(machines: GCEMachines, base_image: str | None, base_family: str | None,
-                  base_project: str | None, python: str) -> tuple[str, str | None, str]:
+def _resolve_base(
+    machines: GCEMachines, base_image: str | None, base_family: str | None, base_project: str | None, python: str
+) -> tuple[str, str | None, str]:
     """(``projects/P/global/images/NAME``, its python label or None, where it came from)."""
     if base_image and base_family:
         raise UsageError("--base-image and --base-family: give one of them")
     if base_image:
         m = re.search(r"(?:projects/([^/]+)/)?global/images/([^/]+)$", base_image)
-        project, name, family = (m.group(1) or base_project or machines.project, m.group(2), None) if m else (
-            base_project or machines.project, base_image, None)
+        project, name, family = (
+            (m.group(1) or base_project or machines.project, m.group(2), None)
+            if m
+            else (base_project or machines.project, base_image, None)
+        )
         source = "--base-image"
     elif base_family:
         project, name, family, source = base_project or machines.project, None, base_family, "--base-family"
     else:
         if python not in DEFAULT_BASES:
-            raise UsageError(f"no default base image has Python {python}: pass --base-image, or --base-family "
-                             f"and --base-project, of an image whose python3 is Python {python}")
+            raise UsageError(
+                f"no default base image has Python {python}: pass --base-image, or --base-family "
+                f"and --base-project, of an image whose python3 is Python {python}"
+            )
         project, family = DEFAULT_BASES[python]
         name, source = None, f"the default for Python {python}:"
     url, label, _ = machines.lookup_image(project, family or name, bool(family), "base image")
@@ -285,18 +305,29 @@ def _resolve_base(machines: GCEMachines, base_image: str | None, base_family: st
     return url, label, source
 
 
-def plan(machines: GCEMachines, *, family: str | None = None, base_image: str | None = None,
-         base_family: str | None = None, base_project: str | None = None, zone: str | None = None,
-         machine_type: str | None = None, requirements: str | None = None,
-         timeout: str | float = DEFAULT_TIMEOUT, now: float | None = None) -> BuildPlan:
+def plan(
+    machines: GCEMachines,
+    *,
+    family: str | None = None,
+    base_image: str | None = None,
+    base_family: str | None = None,
+    base_project: str | None = None,
+    zone: str | None = None,
+    machine_type: str | None = None,
+    requirements: str | None = None,
+    timeout: str | float = DEFAULT_TIMEOUT,
+    now: float | None = None,
+) -> BuildPlan:
     """Check everything that can be checked without creating anything, and say what the build will do."""
     python = python_version()
     if sys.implementation.name != "cpython":
         raise UsageError(f"nbburst image build bakes CPython images; this notebook runs {sys.implementation.name}")
     family = family or f"nbburst-py{python.replace('.', '')}"
     if not _NAME_RE.match(family):
-        raise UsageError(f"--family {family!r}: use lowercase letters, digits and dashes, starting with a letter, "
-                         "at most 47 characters (the image name adds -yyyymmdd-hhmmss)")
+        raise UsageError(
+            f"--family {family!r}: use lowercase letters, digits and dashes, starting with a letter, "
+            "at most 47 characters (the image name adds -yyyymmdd-hhmmss)"
+        )
     if base_project and not (base_family or base_image):
         raise UsageError("--base-project goes with --base-family (or --base-image NAME)")
     timeout_s = parse_duration(timeout, "--timeout")
@@ -308,8 +339,10 @@ def plan(machines: GCEMachines, *, family: str | None = None, base_image: str | 
         raise UsageError(f"--machine-type {machine_type}: not offered in zone {chosen_zone}")
     base, base_python, base_source = _resolve_base(machines, base_image, base_family, base_project, python)
     if base_python and base_python != python:
-        raise UsageError(f"the base image {base} is labelled Python {base_python}, but this notebook runs Python "
-                         f"{python}; choose a base image with Python {python}")
+        raise UsageError(
+            f"the base image {base} is labelled Python {base_python}, but this notebook runs Python "
+            f"{python}; choose a base image with Python {python}"
+        )
     problem = machines._quota_problem(chosen_zone, machine, None, 0, spot=False)
     if problem:
         raise UsageError(f"the builder VM: {problem}")
@@ -317,13 +350,27 @@ def plan(machines: GCEMachines, *, family: str | None = None, base_image: str | 
     wheel = dist.wheel_info()
     stamp = _dt.datetime.fromtimestamp(time.time() if now is None else now, _dt.timezone.utc)
     return BuildPlan(
-        project=machines.project, zone=chosen_zone, family=family,
-        image_name=f"{family}-{stamp:%Y%m%d-%H%M%S}", base_image=base, base_source=base_source,
-        machine_type=machine.name, python=python, packages=pins, requirements=lines, skipped=skipped,
-        wheel_file=wheel["file"], wheel_blob=wheel["blob"], wheel_sha256=wheel["sha256"], wheel_size=wheel["size"],
-        store_url=store_url, disk_gb=int(machines.settings.disk_gb), timeout_s=timeout_s,
+        project=machines.project,
+        zone=chosen_zone,
+        family=family,
+        image_name=f"{family}-{stamp:%Y%m%d-%H%M%S}",
+        base_image=base,
+        base_source=base_source,
+        machine_type=machine.name,
+        python=python,
+        packages=pins,
+        requirements=lines,
+        skipped=skipped,
+        wheel_file=wheel["file"],
+        wheel_blob=wheel["blob"],
+        wheel_sha256=wheel["sha256"],
+        wheel_size=wheel["size"],
+        store_url=store_url,
+        disk_gb=int(machines.settings.disk_gb),
+        timeout_s=timeout_s,
         owner=_label(config.owner(machines.settings)),
-        labels={"python": python_label(python), "nbburst": _label(__version__)})
+        labels={"python": python_label(python), "nbburst": _label(__version__)},
+    )
 
 
 # -- the build --------------------------------------------------------------------------------------
@@ -367,8 +414,10 @@ class ImageBuilder:
         network = settings.network or "default"
         nic = compute_v1.NetworkInterface(
             network=network if "/" in network else f"global/networks/{network}",
-            access_configs=[compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT",
-                                                    network_tier="PREMIUM")])
+            access_configs=[
+                compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT", network_tier="PREMIUM")
+            ],
+        )
         if settings.subnetwork:
             sub = settings.subnetwork
             region = plan.zone.rsplit("-", 1)[0]
@@ -379,15 +428,25 @@ class ImageBuilder:
             machine_type=f"zones/{plan.zone}/machineTypes/{plan.machine_type}",
             labels={"nbburst-image-build": _label(plan.family), "nbburst-owner": plan.owner},
             metadata=compute_v1.Metadata(items=[compute_v1.Items(key=k, value=v) for k, v in items.items()]),
-            disks=[compute_v1.AttachedDisk(
-                boot=True, auto_delete=True, initialize_params=compute_v1.AttachedDiskInitializeParams(
-                    source_image=plan.base_image, disk_size_gb=plan.disk_gb,
-                    disk_type=f"zones/{plan.zone}/diskTypes/pd-balanced"))],
+            disks=[
+                compute_v1.AttachedDisk(
+                    boot=True,
+                    auto_delete=True,
+                    initialize_params=compute_v1.AttachedDiskInitializeParams(
+                        source_image=plan.base_image,
+                        disk_size_gb=plan.disk_gb,
+                        disk_type=f"zones/{plan.zone}/diskTypes/pd-balanced",
+                    ),
+                )
+            ],
             network_interfaces=[nic],
             scheduling=compute_v1.Scheduling(
-                provisioning_model="STANDARD", on_host_maintenance="MIGRATE", automatic_restart=True,
+                provisioning_model="STANDARD",
+                on_host_maintenance="MIGRATE",
+                automatic_restart=True,
                 instance_termination_action="DELETE",
-                max_run_duration=compute_v1.Duration(seconds=int(plan.timeout_s + self.run_margin_s))),
+                max_run_duration=compute_v1.Duration(seconds=int(plan.timeout_s + self.run_margin_s)),
+            ),
             service_accounts=[compute_v1.ServiceAccount(email=m._service_account(), scopes=m._scopes())],
         )
 
@@ -402,9 +461,12 @@ class ImageBuilder:
         from google.cloud import compute_v1
 
         m = self.machines
-        request = compute_v1.InsertInstanceRequest(project=m.project, zone=plan.zone,
-                                                   instance_resource=self.instance_resource(plan, name),
-                                                   request_id=str(uuid.uuid4()))
+        request = compute_v1.InsertInstanceRequest(
+            project=m.project,
+            zone=plan.zone,
+            instance_resource=self.instance_resource(plan, name),
+            request_id=str(uuid.uuid4()),
+        )
         what = f"creating the builder VM {name} in {plan.zone}"
         m._zones[name] = plan.zone
         try:
@@ -420,11 +482,13 @@ class ImageBuilder:
         from google.cloud import compute_v1
 
         m = self.machines
-        request = compute_v1.GetSerialPortOutputInstanceRequest(project=m.project, zone=zone, instance=name,
-                                                                 start=start)
+        request = compute_v1.GetSerialPortOutputInstanceRequest(
+            project=m.project, zone=zone, instance=name, start=start
+        )
         try:
-            out = m._api("reading the builder's serial console", m.instances.get_serial_port_output,
-                         request=request, timeout=30)
+            out = m._api(
+                "reading the builder's serial console", m.instances.get_serial_port_output, request=request, timeout=30
+            )
         except (gexc.NotFound, gexc.BadRequest):
             return "", start
         return out.contents, int(out.next_ or start)
@@ -438,12 +502,20 @@ class ImageBuilder:
         console, start, partial = "", 0, ""
         while True:
             try:
-                inst = m._api("describing the builder VM", m.instances.get, project=m.project, zone=plan.zone,
-                              instance=name, timeout=30)
+                inst = m._api(
+                    "describing the builder VM",
+                    m.instances.get,
+                    project=m.project,
+                    zone=plan.zone,
+                    instance=name,
+                    timeout=30,
+                )
             except gexc.NotFound:
-                raise ImageBuildFailed(f"the builder VM {name} disappeared before the build ended (deleted, or "
-                                       f"over its maximum run time). Last lines of its serial console:\n"
-                                       f"{console_tail(console)}") from None
+                raise ImageBuildFailed(
+                    f"the builder VM {name} disappeared before the build ended (deleted, or "
+                    f"over its maximum run time). Last lines of its serial console:\n"
+                    f"{console_tail(console)}"
+                ) from None
             text, start = self._console(name, plan.zone, start)
             console += text
             partial += text
@@ -455,15 +527,18 @@ class ImageBuilder:
                 text, start = self._console(name, plan.zone, start)
                 return console + text
             if time.monotonic() > deadline:
-                raise ImageBuildFailed(f"the build did not finish within {format_duration(plan.timeout_s)} "
-                                       f"(--timeout). Last lines of the builder's serial console:\n"
-                                       f"{console_tail(console)}")
+                raise ImageBuildFailed(
+                    f"the build did not finish within {format_duration(plan.timeout_s)} "
+                    f"(--timeout). Last lines of the builder's serial console:\n"
+                    f"{console_tail(console)}"
+                )
             time.sleep(self.poll_s)
 
     def _boot_disk(self, plan: BuildPlan, name: str) -> str:
         m = self.machines
-        inst = m._api("describing the builder VM", m.instances.get, project=m.project, zone=plan.zone,
-                      instance=name, timeout=30)
+        inst = m._api(
+            "describing the builder VM", m.instances.get, project=m.project, zone=plan.zone, instance=name, timeout=30
+        )
         boot = [d for d in inst.disks if d.boot] or list(inst.disks)
         if not boot or not boot[0].source:
             raise BurstError(f"the builder VM {name} has no boot disk to make the image from")
@@ -477,12 +552,20 @@ class ImageBuilder:
 
         m = self.machines
         images, operations = m._client("ImagesClient"), m._client("GlobalOperationsClient")
-        description = (f"nbburst {__version__}, Python {platform.python_version()}, "
-                       f"{len(plan.packages) + len(plan.requirements)} packages; from {plan.base_image}")
-        resource = compute_v1.Image(name=plan.image_name, family=plan.family, source_disk=disk,
-                                    labels=dict(plan.labels), description=description[:2048])
-        request = compute_v1.InsertImageRequest(project=m.project, image_resource=resource,
-                                                request_id=str(uuid.uuid4()))
+        description = (
+            f"nbburst {__version__}, Python {platform.python_version()}, "
+            f"{len(plan.packages) + len(plan.requirements)} packages; from {plan.base_image}"
+        )
+        resource = compute_v1.Image(
+            name=plan.image_name,
+            family=plan.family,
+            source_disk=disk,
+            labels=dict(plan.labels),
+            description=description[:2048],
+        )
+        request = compute_v1.InsertImageRequest(
+            project=m.project, image_resource=resource, request_id=str(uuid.uuid4())
+        )
         what = f"creating the image {plan.image_name}"
         try:
             op = m._api(what, images.insert, request=request, timeout=60)
@@ -496,8 +579,10 @@ class ImageBuilder:
             if done.status == compute_v1.Operation.Status.DONE:
                 break
             if time.monotonic() > deadline:
-                raise BurstError(f"{what}: Compute Engine did not finish within "
-                                 f"{format_duration(self.image_timeout_s)} (operation {op.name})")
+                raise BurstError(
+                    f"{what}: Compute Engine did not finish within "
+                    f"{format_duration(self.image_timeout_s)} (operation {op.name})"
+                )
         codes, message = m._op_error(done)
         if codes:
             raise BurstError(f"{what}: {message or ', '.join(codes)}")
@@ -508,9 +593,11 @@ class ImageBuilder:
         try:
             self.machines.delete(name, wait=True)
         except Exception as exc:  # never hide the build's own outcome behind this one
-            self.say(f"nbburst: could not delete the builder VM {name} ({exc}); delete it with `gcloud compute "
-                     f"instances delete {name} --zone {plan.zone}` (it deletes itself after "
-                     f"{format_duration(plan.timeout_s + self.run_margin_s)} anyway)")
+            self.say(
+                f"nbburst: could not delete the builder VM {name} ({exc}); delete it with `gcloud compute "
+                f"instances delete {name} --zone {plan.zone}` (it deletes itself after "
+                f"{format_duration(plan.timeout_s + self.run_margin_s)} anyway)"
+            )
 
     def build(self, plan: BuildPlan) -> BuiltImage:
         t0 = time.monotonic()
@@ -520,10 +607,12 @@ class ImageBuilder:
         try:
             self._create_builder(plan, name)
             console = self._wait_until_off(plan, name)
-            last = console[console.rfind(BEGIN):] if BEGIN in console else console
+            last = console[console.rfind(BEGIN) :] if BEGIN in console else console
             if SUCCESS not in last:
-                raise ImageBuildFailed(f"the image build failed on the builder VM {name}. Last lines of its serial "
-                                       f"console:\n{console_tail(last, lines=25)}")
+                raise ImageBuildFailed(
+                    f"the image build failed on the builder VM {name}. Last lines of its serial "
+                    f"console:\n{console_tail(last, lines=25)}"
+                )
             self.say(f"making the image {plan.image_name} from the builder's disk")
             img = self._create_image(plan, self._boot_disk(plan, name))
         finally:
@@ -535,15 +624,26 @@ class ImageBuilder:
 def run_cli(burst: Any, args: Any) -> int:
     """``nbburst image build``: the CLI's whole command (prints, returns the exit code)."""
     machines = burst.machines("gce")
-    the_plan = plan(machines, family=args.family, base_image=args.base_image, base_family=args.base_family,
-                    base_project=args.base_project, zone=args.zone, machine_type=args.machine_type,
-                    requirements=args.requirements, timeout=args.timeout)
+    the_plan = plan(
+        machines,
+        family=args.family,
+        base_image=args.base_image,
+        base_family=args.base_family,
+        base_project=args.base_project,
+        zone=args.zone,
+        machine_type=args.machine_type,
+        requirements=args.requirements,
+        timeout=args.timeout,
+    )
     if args.dry_run:
         print("nbburst image build: dry run, nothing is created")
         print(the_plan.describe())
         return 0
-    print(f"nbburst image build: {the_plan.image_name}, Python {the_plan.python}, "
-          f"{len(the_plan.packages) + len(the_plan.requirements)} packages (--dry-run lists them)", flush=True)
+    print(
+        f"nbburst image build: {the_plan.image_name}, Python {the_plan.python}, "
+        f"{len(the_plan.packages) + len(the_plan.requirements)} packages (--dry-run lists them)",
+        flush=True,
+    )
     builder = ImageBuilder(machines, say=lambda line: print(line, flush=True))
     try:
         image = builder.build(the_plan)
@@ -562,7 +662,7 @@ def run_cli(burst: Any, args: Any) -> int:
 
 # Runs with the venv's python (argv: BASE). Installs what the venv does not have at the wanted versions, then
 # the nbburst wheel; checks that the agent imports. Exit status 0 = the disk is ready to become an image.
-BAKE = r'''
+BAKE = r"""
 import hashlib, json, os, re, subprocess, sys, time, urllib.error, urllib.request
 from importlib import metadata
 
@@ -667,11 +767,11 @@ info = {"family": spec.get("family"), "image": spec.get("image"), "nbburst": ver
 with open(os.path.join(BASE, "image.json"), "w") as f:
     json.dump(info, f, indent=1, sort_keys=True)
 say(f"baked: Python {info['python']}, nbburst {version}, {len(pins) + len(lines)} packages, in {venv}")
-'''.replace("__METADATA__", METADATA_PY.strip("\n"))
+""".replace("__METADATA__", METADATA_PY.strip("\n"))
 
 # Runs with the image's Python (argv: BASE): the venv, as the job's bootstrap would make it (it also sees the
 # image's site-packages). Kept when it exists (a base image baked before: the build updates it).
-VENV = r'''
+VENV = r"""
 import os, site, subprocess, sys, time
 
 venv = os.path.join(sys.argv[1], "venv")
@@ -686,7 +786,7 @@ out = subprocess.run([vpy, "-c", "import sysconfig; print(sysconfig.get_paths()[
 with open(os.path.join(out, "_nbburst_image_site.pth"), "w") as f:
     f.write("import site; " + "; ".join(f"site.addsitedir({d!r})" for d in dirs) + "\n")
 print(f"nbburst-image-build: venv created t={time.time():.3f}", flush=True)
-'''
+"""
 
 BUILD_SCRIPT = r"""#!/bin/bash
 # nbburst: startup script of an image builder VM (`nbburst image build`, nbburst/machines/gce_image.py).
@@ -749,5 +849,13 @@ def build_script(python: str) -> str:
     return BUILD_SCRIPT.replace("__PYTHON__", python)
 
 
-__all__ = ["BuildPlan", "BuiltImage", "ImageBuildFailed", "ImageBuilder", "build_script", "packages_to_bake",
-           "plan", "run_cli"]
+__all__ = [
+    "BuildPlan",
+    "BuiltImage",
+    "ImageBuildFailed",
+    "ImageBuilder",
+    "build_script",
+    "packages_to_bake",
+    "plan",
+    "run_cli",
+]

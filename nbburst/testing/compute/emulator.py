@@ -37,10 +37,10 @@ import time
 import uuid
 from pathlib import Path
 
-from nbburst.testing import compute_catalog as cat
-from nbburst.testing.compute_instance import Instance, fingerprint, kill, reap, scan_processes, write_shims
-from nbburst.testing.compute_lifecycle import LifecycleMixin
-from nbburst.testing.compute_resources import (
+from nbburst.testing.compute import catalog as cat
+from nbburst.testing.compute.instance import Instance, fingerprint, kill, reap, scan_processes, write_shims
+from nbburst.testing.compute.lifecycle import LifecycleMixin
+from nbburst.testing.compute.resources import (
     ComputeError,
     InstancePlan,
     check_labels,
@@ -51,7 +51,7 @@ from nbburst.testing.compute_resources import (
     plan_image,
     plan_instance,
 )
-from nbburst.testing.metadata_emulator import MetadataServer
+from nbburst.testing.metadata import MetadataServer
 
 log = logging.getLogger("nbburst.testing")
 
@@ -62,12 +62,21 @@ MAX_OPERATIONS = 10000
 class ComputeEmulator(LifecycleMixin):
     """The emulated Compute Engine API on 127.0.0.1 (see the module docstring)."""
 
-    def __init__(self, base_dir: str | os.PathLike | None = None, *, port: int = 0,
-                 project: str = "nbburst-test", zone: str = "us-central1-a",
-                 preemption_grace: float = 30.0, stop_grace: float = 90.0,
-                 operation_delay: float = 0.2, maintenance_notice: float = 60.0,
-                 operation_wait_timeout: float = 120.0, images: list[cat.Image] | None = None,
-                 instance_env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        base_dir: str | os.PathLike | None = None,
+        *,
+        port: int = 0,
+        project: str = "nbburst-test",
+        zone: str = "us-central1-a",
+        preemption_grace: float = 30.0,
+        stop_grace: float = 90.0,
+        operation_delay: float = 0.2,
+        maintenance_notice: float = 60.0,
+        operation_wait_timeout: float = 120.0,
+        images: list[cat.Image] | None = None,
+        instance_env: dict[str, str] | None = None,
+    ):
         if zone not in cat.ZONE_REGION:
             raise ValueError(f"unknown zone {zone!r}; known: {sorted(cat.ZONE_REGION)}")
         self._own_base = base_dir is None
@@ -101,7 +110,7 @@ class ComputeEmulator(LifecycleMixin):
 
     # ---- running the emulator ----------------------------------------------------------------
     def start(self) -> ComputeEmulator:
-        from nbburst.testing.compute_http import make_server
+        from nbburst.testing.compute.http import make_server
 
         if self._httpd is not None:
             return self
@@ -181,8 +190,15 @@ class ComputeEmulator(LifecycleMixin):
         return client_class(**kwargs)
 
     # ---- test controls -----------------------------------------------------------------------
-    def preempt(self, name: str, *, zone: str | None = None, project: str | None = None,
-                grace: float | None = None, wait: bool = False) -> None:
+    def preempt(
+        self,
+        name: str,
+        *,
+        zone: str | None = None,
+        project: str | None = None,
+        grace: float | None = None,
+        wait: bool = False,
+    ) -> None:
         """Preempt a running instance: preempted=TRUE, soft-off, `grace` s, hard-off, then STOP or
         DELETE per its instanceTerminationAction. `wait` blocks until that is done."""
         inst = self._find(name, zone, project)
@@ -194,16 +210,16 @@ class ComputeEmulator(LifecycleMixin):
         if wait:
             done.wait()
 
-    def simulate_maintenance(self, name: str, *, zone: str | None = None, project: str | None = None,
-                             wait: bool = False) -> None:
+    def simulate_maintenance(
+        self, name: str, *, zone: str | None = None, project: str | None = None, wait: bool = False
+    ) -> None:
         inst = self._find(name, zone, project)
         done = threading.Event()
         self._spawn(self._run_maintenance, inst, None, done)
         if wait:
             done.wait()
 
-    def poweroff(self, name: str, *, reboot: bool = False, zone: str | None = None,
-                 project: str | None = None) -> None:
+    def poweroff(self, name: str, *, reboot: bool = False, zone: str | None = None, project: str | None = None) -> None:
         """What `sudo poweroff` (or `reboot`) does on the instance."""
         inst = self._find(name, zone, project)
         self._spawn(self._run_guest_off, inst, reboot)
@@ -221,8 +237,7 @@ class ComputeEmulator(LifecycleMixin):
             else:
                 self._exhausted[zone] = set(machine_types) if machine_types else None
 
-    def set_quota(self, metric: str, limit: float, *, region: str | None = None,
-                  project: str | None = None) -> None:
+    def set_quota(self, metric: str, limit: float, *, region: str | None = None, project: str | None = None) -> None:
         project = project or self.project
         with self._lock:
             if metric in cat.DEFAULT_PROJECT_QUOTAS:
@@ -245,8 +260,15 @@ class ComputeEmulator(LifecycleMixin):
         with self._lock:
             return self._find(name, zone, project).info()
 
-    def wait_for_status(self, name: str, status: str | tuple[str, ...], timeout: float = 30.0, *,
-                        zone: str | None = None, project: str | None = None) -> str:
+    def wait_for_status(
+        self,
+        name: str,
+        status: str | tuple[str, ...],
+        timeout: float = 30.0,
+        *,
+        zone: str | None = None,
+        project: str | None = None,
+    ) -> str:
         """Wait until the instance has `status` ("DELETED" = gone); returns the last status seen."""
         wanted = (status,) if isinstance(status, str) else tuple(status)
         key = (project or self.project, zone or self.zone, name)
@@ -280,9 +302,11 @@ class ComputeEmulator(LifecycleMixin):
             plan = plan_instance(project, zone, body, self.images, self._next_ip())
             key = (project, zone, plan.resource["name"])
             if key in self._instances:
-                raise ComputeError(409, "alreadyExists",
-                                   f"The resource 'projects/{project}/zones/{zone}/instances/{key[2]}' "
-                                   "already exists")
+                raise ComputeError(
+                    409,
+                    "alreadyExists",
+                    f"The resource 'projects/{project}/zones/{zone}/instances/{key[2]}' already exists",
+                )
             self._check_quota(project, zone, plan)
             dir_ = self.base_dir / "instances" / project / zone / key[2]
             shutil.rmtree(dir_, ignore_errors=True)
@@ -309,8 +333,11 @@ class ComputeEmulator(LifecycleMixin):
         with self._lock:
             if zone is not None:
                 self._check_zone(zone)
-            return [copy.deepcopy(i.resource) for (p, z, _), i in self._instances.items()
-                    if p == project and (zone is None or z == zone)]
+            return [
+                copy.deepcopy(i.resource)
+                for (p, z, _), i in self._instances.items()
+                if p == project and (zone is None or z == zone)
+            ]
 
     def api_delete(self, project: str, zone: str, name: str, request_id: str | None = None) -> dict:
         return self._lifecycle_op(project, zone, name, "delete", request_id, self._run_delete)
@@ -321,10 +348,15 @@ class ComputeEmulator(LifecycleMixin):
     def api_reset(self, project: str, zone: str, name: str, request_id: str | None = None) -> dict:
         return self._lifecycle_op(project, zone, name, "reset", request_id, self._run_reset)
 
-    def api_simulate_maintenance(self, project: str, zone: str, name: str,
-                                 request_id: str | None = None) -> dict:
-        return self._lifecycle_op(project, zone, name, "simulateMaintenanceEvent", request_id,
-                                  lambda inst, op: self._run_maintenance(inst, op))
+    def api_simulate_maintenance(self, project: str, zone: str, name: str, request_id: str | None = None) -> dict:
+        return self._lifecycle_op(
+            project,
+            zone,
+            name,
+            "simulateMaintenanceEvent",
+            request_id,
+            lambda inst, op: self._run_maintenance(inst, op),
+        )
 
     def api_start(self, project: str, zone: str, name: str, request_id: str | None = None) -> dict:
         with self._lock:
@@ -340,14 +372,14 @@ class ComputeEmulator(LifecycleMixin):
             self._spawn(self._run_start, inst, op)
             return copy.deepcopy(op)
 
-    def api_set_metadata(self, project: str, zone: str, name: str, body: dict,
-                         request_id: str | None = None) -> dict:
+    def api_set_metadata(self, project: str, zone: str, name: str, body: dict, request_id: str | None = None) -> dict:
         with self._lock:
             inst = self._get(project, zone, name)
             meta = inst.resource["metadata"]
             if body.get("fingerprint") != meta["fingerprint"]:
-                raise ComputeError(412, "conditionNotMet", "Supplied fingerprint does not match current "
-                                   "metadata fingerprint.")
+                raise ComputeError(
+                    412, "conditionNotMet", "Supplied fingerprint does not match current metadata fingerprint."
+                )
             meta["items"] = check_metadata_items(body.get("items"))
             meta["fingerprint"] = fingerprint()
             inst.metadata.set("instance/attributes", {i["key"]: i["value"] for i in meta["items"]})
@@ -355,13 +387,13 @@ class ComputeEmulator(LifecycleMixin):
             self._finish(op)
             return copy.deepcopy(op)
 
-    def api_set_labels(self, project: str, zone: str, name: str, body: dict,
-                       request_id: str | None = None) -> dict:
+    def api_set_labels(self, project: str, zone: str, name: str, body: dict, request_id: str | None = None) -> dict:
         with self._lock:
             inst = self._get(project, zone, name)
             if body.get("labelFingerprint") != inst.resource["labelFingerprint"]:
-                raise ComputeError(412, "conditionNotMet", "Labels fingerprint either invalid or "
-                                   "resource labels have changed")
+                raise ComputeError(
+                    412, "conditionNotMet", "Labels fingerprint either invalid or resource labels have changed"
+                )
             inst.resource["labels"] = check_labels(body.get("labels"))
             inst.resource["labelFingerprint"] = fingerprint()
             op = self._new_op(inst, "setLabels", request_id)
@@ -380,9 +412,13 @@ class ComputeEmulator(LifecycleMixin):
                 start = min(start, size)
                 f.seek(start)
                 data = f.read(1 << 20)
-        return {"kind": "compute#serialPortOutput", "contents": data.decode("utf-8", "replace"),
-                "start": str(start), "next": str(start + len(data)),
-                "selfLink": inst.resource["selfLink"] + "/serialPort"}
+        return {
+            "kind": "compute#serialPortOutput",
+            "contents": data.decode("utf-8", "replace"),
+            "start": str(start),
+            "next": str(start + len(data)),
+            "selfLink": inst.resource["selfLink"] + "/serialPort",
+        }
 
     # ---- API: operations (zone None: global operations) --------------------------------------
     def api_operation(self, project: str, zone: str | None, name: str, wait: bool = False) -> dict:
@@ -391,8 +427,9 @@ class ComputeEmulator(LifecycleMixin):
             if op is None:
                 raise not_found(self._op_path(project, zone, name))
             if wait:
-                self._cond.wait_for(lambda: op["status"] == "DONE" or self._closing,
-                                    timeout=self.operation_wait_timeout)
+                self._cond.wait_for(
+                    lambda: op["status"] == "DONE" or self._closing, timeout=self.operation_wait_timeout
+                )
             return copy.deepcopy(op)
 
     def api_operations(self, project: str, zone: str | None) -> list[dict]:
@@ -413,28 +450,45 @@ class ComputeEmulator(LifecycleMixin):
     def api_project(self, project: str) -> dict:
         with self._lock:
             usage = self._usage(project, None)
-            quotas = [{"metric": m, "limit": lim, "usage": float(usage.get(m, 0))}
-                      for m, lim in self._plimits(project).items()]
+            quotas = [
+                {"metric": m, "limit": lim, "usage": float(usage.get(m, 0))}
+                for m, lim in self._plimits(project).items()
+            ]
         number = cat.project_number(project)
-        return {"kind": "compute#project", "id": str(number), "name": project,
-                "creationTimestamp": "2020-01-01T00:00:00.000+00:00",
-                "commonInstanceMetadata": {"kind": "compute#metadata", "fingerprint": "", "items": []},
-                "quotas": quotas, "selfLink": cat.API_ROOT + f"projects/{project}",
-                "defaultServiceAccount": f"{number}-compute@developer.gserviceaccount.com",
-                "xpnProjectStatus": "UNSPECIFIED_XPN_PROJECT_STATUS", "defaultNetworkTier": "PREMIUM"}
+        return {
+            "kind": "compute#project",
+            "id": str(number),
+            "name": project,
+            "creationTimestamp": "2020-01-01T00:00:00.000+00:00",
+            "commonInstanceMetadata": {"kind": "compute#metadata", "fingerprint": "", "items": []},
+            "quotas": quotas,
+            "selfLink": cat.API_ROOT + f"projects/{project}",
+            "defaultServiceAccount": f"{number}-compute@developer.gserviceaccount.com",
+            "xpnProjectStatus": "UNSPECIFIED_XPN_PROJECT_STATUS",
+            "defaultNetworkTier": "PREMIUM",
+        }
 
     def api_region(self, project: str, region: str) -> dict:
         if region not in cat.REGION_ZONES:
             raise not_found(f"projects/{project}/regions/{region}")
         with self._lock:
             usage = self._usage(project, region)
-            quotas = [{"metric": m, "limit": lim, "usage": float(usage.get(m, 0))}
-                      for m, lim in self._rlimits(project, region).items()]
-        return {"kind": "compute#region", "id": str(cat.stable_id("region", region, digits=4)),
-                "creationTimestamp": "1969-12-31T16:00:00.000-08:00", "name": region,
-                "description": region, "status": "UP",
-                "zones": [cat.link(project, "zones", z) for z in cat.REGION_ZONES[region]],
-                "quotas": quotas, "selfLink": cat.link(project, "regions", region), "supportsPzs": False}
+            quotas = [
+                {"metric": m, "limit": lim, "usage": float(usage.get(m, 0))}
+                for m, lim in self._rlimits(project, region).items()
+            ]
+        return {
+            "kind": "compute#region",
+            "id": str(cat.stable_id("region", region, digits=4)),
+            "creationTimestamp": "1969-12-31T16:00:00.000-08:00",
+            "name": region,
+            "description": region,
+            "status": "UP",
+            "zones": [cat.link(project, "zones", z) for z in cat.REGION_ZONES[region]],
+            "quotas": quotas,
+            "selfLink": cat.link(project, "regions", region),
+            "supportsPzs": False,
+        }
 
     def api_zone(self, project: str, zone: str) -> dict:
         if zone not in cat.ZONE_REGION:
@@ -475,8 +529,9 @@ class ComputeEmulator(LifecycleMixin):
         with self._lock:
             return image_from_family(project, family, self.images).json()
 
-    def api_insert_image(self, project: str, body: dict, request_id: str | None = None,
-                         force_create: bool = False) -> dict:
+    def api_insert_image(
+        self, project: str, body: dict, request_id: str | None = None, force_create: bool = False
+    ) -> dict:
         """images.insert from an instance's boot disk: PENDING while the disk folder is copied,
         then READY. The disk must be detached or its instance stopped, unless forceCreate."""
         with self._lock:
@@ -488,18 +543,32 @@ class ComputeEmulator(LifecycleMixin):
             self._check_zone(plan.disk_zone)
             inst, disk = self._disk_owner(plan.disk_project, plan.disk_zone, plan.disk_name)
             if not disk.get("boot"):
-                raise ComputeError(400, "invalid", f"The compute emulator keeps the content of boot disks only; "
-                                   f"'{disk_path}' is not a boot disk.")
+                raise ComputeError(
+                    400,
+                    "invalid",
+                    f"The compute emulator keeps the content of boot disks only; '{disk_path}' is not a boot disk.",
+                )
             if inst.status != "TERMINATED" and not plan.force:
-                raise ComputeError(400, "resourceInUseByAnotherResource",
-                                   f"The disk resource '{disk_path}' is already being used by '{inst.path}'")
-            img = cat.Image(project, plan.name, plan.family, disk_size_gb=int(disk.get("diskSizeGb") or 10),
-                            labels=plan.labels, status="PENDING", description=plan.description,
-                            source_disk=cat.link(plan.disk_project, "zones", plan.disk_zone, "disks", plan.disk_name),
-                            source_disk_id=str(inst.id))
+                raise ComputeError(
+                    400,
+                    "resourceInUseByAnotherResource",
+                    f"The disk resource '{disk_path}' is already being used by '{inst.path}'",
+                )
+            img = cat.Image(
+                project,
+                plan.name,
+                plan.family,
+                disk_size_gb=int(disk.get("diskSizeGb") or 10),
+                labels=plan.labels,
+                status="PENDING",
+                description=plan.description,
+                source_disk=cat.link(plan.disk_project, "zones", plan.disk_zone, "disks", plan.disk_name),
+                source_disk_id=str(inst.id),
+            )
             self.images.append(img)
-            op = self._new_global_op(project, "insert", cat.link(project, "global", "images", img.name),
-                                     img.json()["id"], request_id)
+            op = self._new_global_op(
+                project, "insert", cat.link(project, "global", "images", img.name), img.json()["id"], request_id
+            )
             self._spawn(self._run_image_insert, img, inst, op)
             return copy.deepcopy(op)
 
@@ -510,8 +579,9 @@ class ComputeEmulator(LifecycleMixin):
                 return prior
             img = get_image(project, name, self.images)
             self.images.remove(img)
-            op = self._new_global_op(project, "delete", cat.link(project, "global", "images", name),
-                                     img.json()["id"], request_id)
+            op = self._new_global_op(
+                project, "delete", cat.link(project, "global", "images", name), img.json()["id"], request_id
+            )
             self._finish(op)
         if img.content:
             shutil.rmtree(Path(img.content).parent, ignore_errors=True)
@@ -541,8 +611,12 @@ class ComputeEmulator(LifecycleMixin):
                 shutil.copytree(inst.disk, content / "disk", symlinks=True)
             except OSError as e:
                 shutil.rmtree(content, ignore_errors=True)
-                error = ("RESOURCE_NOT_FOUND" if inst.deleted else "INTERNAL_ERROR",
-                         f"The disk of '{inst.path}' could not be read: {e}", 400, "BAD REQUEST")
+                error = (
+                    "RESOURCE_NOT_FOUND" if inst.deleted else "INTERNAL_ERROR",
+                    f"The disk of '{inst.path}' could not be read: {e}",
+                    400,
+                    "BAD REQUEST",
+                )
         with self._lock:
             if error:
                 if img in self.images:
@@ -583,26 +657,42 @@ class ComputeEmulator(LifecycleMixin):
         key = self._request_ids.get((project, request_id)) if request_id else None
         return copy.deepcopy(self._ops[key]) if key and key in self._ops else None
 
-    def _new_op(self, inst: Instance, op_type: str, request_id: str | None = None, *,
-                user: str | None = None) -> dict:
-        return self._record_op(inst.project, inst.zone, op_type, inst.resource["selfLink"], str(inst.id),
-                               request_id, user)
+    def _new_op(self, inst: Instance, op_type: str, request_id: str | None = None, *, user: str | None = None) -> dict:
+        return self._record_op(
+            inst.project, inst.zone, op_type, inst.resource["selfLink"], str(inst.id), request_id, user
+        )
 
-    def _new_global_op(self, project: str, op_type: str, target_link: str, target_id: str,
-                       request_id: str | None = None) -> dict:
+    def _new_global_op(
+        self, project: str, op_type: str, target_link: str, target_id: str, request_id: str | None = None
+    ) -> dict:
         return self._record_op(project, None, op_type, target_link, target_id, request_id, None)
 
-    def _record_op(self, project: str, zone: str | None, op_type: str, target_link: str, target_id: str,
-                   request_id: str | None, user: str | None) -> dict:
+    def _record_op(
+        self,
+        project: str,
+        zone: str | None,
+        op_type: str,
+        target_link: str,
+        target_id: str,
+        request_id: str | None,
+        user: str | None,
+    ) -> dict:
         ms = int(time.time() * 1000)
         name = f"operation-{ms}-{secrets.token_hex(7)[:13]}-{secrets.token_hex(4)}-{secrets.token_hex(4)}"
         now = cat.rfc3339()
         where = ("zones", zone) if zone else ("global",)
         op = {
-            "kind": "compute#operation", "id": str(10**18 + secrets.randbelow(9 * 10**18)), "name": name,
-            "operationType": op_type, "targetLink": target_link, "targetId": target_id, "status": "RUNNING",
-            "user": user or f"emulator@{project}.iam.gserviceaccount.com", "progress": 0,
-            "insertTime": now, "startTime": now,
+            "kind": "compute#operation",
+            "id": str(10**18 + secrets.randbelow(9 * 10**18)),
+            "name": name,
+            "operationType": op_type,
+            "targetLink": target_link,
+            "targetId": target_id,
+            "status": "RUNNING",
+            "user": user or f"emulator@{project}.iam.gserviceaccount.com",
+            "progress": 0,
+            "insertTime": now,
+            "startTime": now,
             "selfLink": cat.link(project, *where, "operations", name),
         }
         if zone:
@@ -640,19 +730,22 @@ class ComputeEmulator(LifecycleMixin):
         return types is None or any(name == t or (t.endswith("-") and name.startswith(t)) for t in types)
 
     def _exhausted_error(self, inst: Instance) -> tuple[str, str, int, str]:
-        return ("ZONE_RESOURCE_POOL_EXHAUSTED",
-                f"The zone 'projects/{inst.project}/zones/{inst.zone}' does not have enough resources "
-                "available to fulfill the request.  Try a different zone, or try again later.",
-                503, "SERVICE UNAVAILABLE")
+        return (
+            "ZONE_RESOURCE_POOL_EXHAUSTED",
+            f"The zone 'projects/{inst.project}/zones/{inst.zone}' does not have enough resources "
+            "available to fulfill the request.  Try a different zone, or try again later.",
+            503,
+            "SERVICE UNAVAILABLE",
+        )
 
     # ---- quotas ------------------------------------------------------------------------------
     def _rlimits(self, project: str, region: str) -> dict[str, float]:
-        return self._region_quotas.setdefault((project, region),
-                                              {k: float(v) for k, v in cat.DEFAULT_REGION_QUOTAS.items()})
+        return self._region_quotas.setdefault(
+            (project, region), {k: float(v) for k, v in cat.DEFAULT_REGION_QUOTAS.items()}
+        )
 
     def _plimits(self, project: str) -> dict[str, float]:
-        return self._project_quotas.setdefault(project,
-                                               {k: float(v) for k, v in cat.DEFAULT_PROJECT_QUOTAS.items()})
+        return self._project_quotas.setdefault(project, {k: float(v) for k, v in cat.DEFAULT_PROJECT_QUOTAS.items()})
 
     def _charges(self, project: str, zone: str, plan: InstancePlan) -> dict[str, float]:
         limits = self._rlimits(project, cat.ZONE_REGION[zone])
@@ -660,7 +753,7 @@ class ComputeEmulator(LifecycleMixin):
         demand = cat.quota_demand(plan.machine, plan.accelerators, plan.spot, plan.disk_gb)
         for metric, amount in demand.items():
             if metric.startswith("PREEMPTIBLE_") and not limits.get(metric):
-                metric = metric[len("PREEMPTIBLE_"):]  # no preemptible quota: spot uses the regular one
+                metric = metric[len("PREEMPTIBLE_") :]  # no preemptible quota: spot uses the regular one
             out[metric] = out.get(metric, 0) + amount
         return out
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nbburst.testing import compute_catalog as cat
+from nbburst.testing.compute import catalog as cat
 
 
 class ComputeError(Exception):
@@ -52,8 +52,7 @@ TERMINATION_ACTIONS = ("STOP", "DELETE")
 
 def check_name(name) -> str:
     if not isinstance(name, str) or not NAME_RE.match(name):
-        raise invalid("resource.name", name or "",
-                      "Must be a match of regex '(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)'")
+        raise invalid("resource.name", name or "", "Must be a match of regex '(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)'")
     return name
 
 
@@ -63,15 +62,21 @@ def check_labels(labels) -> dict[str, str]:
         raise invalid("resource.labels", "", "At most 64 labels are allowed.")
     for k, v in labels.items():
         if not _LABEL_KEY.match(k):
-            raise invalid("resource.labels", "",
-                          f"Label key '{k}' violates format constraints. The key must start with a "
-                          "lowercase character, can only contain lowercase letters, numeric characters, "
-                          "underscores and dashes. The key can be at most 63 characters long.")
+            raise invalid(
+                "resource.labels",
+                "",
+                f"Label key '{k}' violates format constraints. The key must start with a "
+                "lowercase character, can only contain lowercase letters, numeric characters, "
+                "underscores and dashes. The key can be at most 63 characters long.",
+            )
         if not isinstance(v, str) or not _LABEL_VALUE.match(v):
-            raise invalid("resource.labels", "",
-                          f"Label value '{v}' violates format constraints. The value can only contain "
-                          "lowercase letters, numeric characters, underscores and dashes. The value can be "
-                          "at most 63 characters long.")
+            raise invalid(
+                "resource.labels",
+                "",
+                f"Label value '{v}' violates format constraints. The value can only contain "
+                "lowercase letters, numeric characters, underscores and dashes. The value can be "
+                "at most 63 characters long.",
+            )
     return labels
 
 
@@ -80,13 +85,15 @@ def check_metadata_items(items) -> list[dict]:
     for i, item in enumerate(items or []):
         key, value = item.get("key"), item.get("value", "")
         if not key or not re.match(r"^[a-zA-Z0-9-_]{1,128}$", key):
-            raise invalid(f"resource.metadata.items[{i}].key", key or "", "Must be a match of regex "
-                          "'[a-zA-Z0-9-_]{1,128}'")
+            raise invalid(
+                f"resource.metadata.items[{i}].key", key or "", "Must be a match of regex '[a-zA-Z0-9-_]{1,128}'"
+            )
         if key in seen:
             raise invalid("resource.metadata", "", f"Duplicate metadata key '{key}'.")
         if len(str(value).encode()) > METADATA_VALUE_LIMIT:
-            raise invalid(f"resource.metadata.items[{i}].value", "...",
-                          f"Metadata value for key '{key}' exceeds 256 KB.")
+            raise invalid(
+                f"resource.metadata.items[{i}].value", "...", f"Metadata value for key '{key}' exceeds 256 KB."
+            )
         seen.add(key)
         out.append({"key": key, "value": str(value)})
     return out
@@ -113,15 +120,20 @@ def plan_instance(project: str, zone: str, body: dict, images, next_ip: str) -> 
     mt_value = body.get("machineType") or ""
     m = _MACHINE_TYPE.match(mt_value)
     if not m:
-        raise invalid("resource.machineType", mt_value,
-                      "Must be a URL to a machine type resource, e.g. zones/ZONE/machineTypes/TYPE.")
+        raise invalid(
+            "resource.machineType",
+            mt_value,
+            "Must be a URL to a machine type resource, e.g. zones/ZONE/machineTypes/TYPE.",
+        )
     if m.group(2) != zone:
-        raise invalid("resource.machineType", mt_value,
-                      f"Machine type zone '{m.group(2)}' does not match instance zone '{zone}'.")
+        raise invalid(
+            "resource.machineType", mt_value, f"Machine type zone '{m.group(2)}' does not match instance zone '{zone}'."
+        )
     machine = cat.machine_type(zone, m.group(3))
     if machine is None:
-        raise invalid("resource.machineType", mt_value,
-                      f"Machine type with name '{m.group(3)}' does not exist in zone '{zone}'.")
+        raise invalid(
+            "resource.machineType", mt_value, f"Machine type with name '{m.group(3)}' does not exist in zone '{zone}'."
+        )
 
     accelerators: dict[str, int] = {}
     guest_accels = []
@@ -130,18 +142,23 @@ def plan_instance(project: str, zone: str, body: dict, images, next_ip: str) -> 
         fname = f"resource.guestAccelerators[{i}].acceleratorType"
         am = _ACCEL_TYPE.match(value)
         if not am:
-            raise invalid(fname, value, "Must be a URL to an accelerator type resource, e.g. "
-                                        "zones/ZONE/acceleratorTypes/TYPE.")
+            raise invalid(
+                fname, value, "Must be a URL to an accelerator type resource, e.g. zones/ZONE/acceleratorTypes/TYPE."
+            )
         accel = cat.ACCELERATORS.get(am.group(3))
         if accel is None or zone not in accel.zones or am.group(2) != zone:
             raise invalid(fname, value, f"Accelerator type '{am.group(3)}' does not exist in zone '{zone}'.")
         count = int(ga.get("acceleratorCount") or 0)
         if not 1 <= count <= accel.max_cards:
-            raise invalid(f"resource.guestAccelerators[{i}].acceleratorCount", count,
-                          f"Accelerator count must be between 1 and {accel.max_cards}.")
+            raise invalid(
+                f"resource.guestAccelerators[{i}].acceleratorCount",
+                count,
+                f"Accelerator count must be between 1 and {accel.max_cards}.",
+            )
         if not machine.accepts_guest_accelerators:
-            raise ComputeError(400, "badRequest", f"[{machine.name}, {accel.name}] features are not "
-                                                  "compatible for creating instance.")
+            raise ComputeError(
+                400, "badRequest", f"[{machine.name}, {accel.name}] features are not compatible for creating instance."
+            )
         accelerators[accel.name] = accelerators.get(accel.name, 0) + count
         accel_link = cat.link(project, "zones", zone, "acceleratorTypes", accel.name)
         guest_accels.append({"acceleratorType": accel_link, "acceleratorCount": count})
@@ -158,8 +175,9 @@ def plan_instance(project: str, zone: str, body: dict, images, next_ip: str) -> 
             "kind": "compute#networkInterface",
             "name": f"nic{i}",
             "network": _full(project, nic.get("network") or "global/networks/default"),
-            "subnetwork": _full(project, nic.get("subnetwork")
-                                or f"regions/{cat.ZONE_REGION[zone]}/subnetworks/default"),
+            "subnetwork": _full(
+                project, nic.get("subnetwork") or f"regions/{cat.ZONE_REGION[zone]}/subnetworks/default"
+            ),
             "networkIP": next_ip,
             "stackType": "IPV4_ONLY",
             "fingerprint": "bmJidXJzdA==",
@@ -167,9 +185,14 @@ def plan_instance(project: str, zone: str, body: dict, images, next_ip: str) -> 
         acs = nic.get("accessConfigs") or []
         if acs:
             out["accessConfigs"] = [
-                {"kind": "compute#accessConfig", "type": "ONE_TO_ONE_NAT",
-                 "name": ac.get("name") or "External NAT", "natIP": "203.0.113." + next_ip.rsplit(".", 1)[1],
-                 "networkTier": ac.get("networkTier") or "PREMIUM"} for ac in acs
+                {
+                    "kind": "compute#accessConfig",
+                    "type": "ONE_TO_ONE_NAT",
+                    "name": ac.get("name") or "External NAT",
+                    "natIP": "203.0.113." + next_ip.rsplit(".", 1)[1],
+                    "networkTier": ac.get("networkTier") or "PREMIUM",
+                }
+                for ac in acs
             ]
         nics.append(out)
 
@@ -230,17 +253,23 @@ def _plan_scheduling(s: dict, has_gpu: bool) -> tuple[dict, bool]:
     restart = s.get("automaticRestart")
     restart = (not spot) if restart is None else bool(restart)
     if spot and ohm != "TERMINATE":
-        raise ComputeError(400, "invalid", "Invalid value for field 'resource.scheduling.onHostMaintenance': "
-                           f"'{ohm}'. Scheduling must have preemptible be false when OnHostMaintenance "
-                           "isn't TERMINATE.")
+        raise ComputeError(
+            400,
+            "invalid",
+            "Invalid value for field 'resource.scheduling.onHostMaintenance': "
+            f"'{ohm}'. Scheduling must have preemptible be false when OnHostMaintenance "
+            "isn't TERMINATE.",
+        )
     if spot and restart:
-        raise ComputeError(400, "invalid", "Invalid value for field 'resource.scheduling.automaticRestart': "
-                           "'true'. Scheduling must have preemptible be false when AutomaticRestart is true.")
+        raise ComputeError(
+            400,
+            "invalid",
+            "Invalid value for field 'resource.scheduling.automaticRestart': "
+            "'true'. Scheduling must have preemptible be false when AutomaticRestart is true.",
+        )
     if has_gpu and ohm == "MIGRATE":
-        raise ComputeError(400, "badRequest",
-                           "Instances with guest accelerators do not support live migration.")
-    out = {"onHostMaintenance": ohm, "automaticRestart": restart, "preemptible": spot,
-           "provisioningModel": model}
+        raise ComputeError(400, "badRequest", "Instances with guest accelerators do not support live migration.")
+    out = {"onHostMaintenance": ohm, "automaticRestart": restart, "preemptible": spot, "provisioningModel": model}
     action = s.get("instanceTerminationAction")
     if action is not None and action not in TERMINATION_ACTIONS:
         raise invalid("resource.scheduling.instanceTerminationAction", action, "Must be STOP or DELETE.")
@@ -264,29 +293,38 @@ def _plan_disks(project: str, zone: str, name: str, disks: list, images):
         src = d.get("source")
         if src and not ip:
             dm = _DISK.match(src)
-            raise not_found(f"projects/{(dm and dm.group(1)) or project}/zones/{zone}/disks/"
-                            f"{dm.group(3) if dm else src}")
+            raise not_found(
+                f"projects/{(dm and dm.group(1)) or project}/zones/{zone}/disks/{dm.group(3) if dm else src}"
+            )
         ip = ip or {}
         disk_image = None
         if ip.get("sourceImage"):
             disk_image = resolve_image(project, ip["sourceImage"], images)
             if disk_image.status != "READY":
-                raise ComputeError(400, "resourceNotReady", f"The resource 'projects/{disk_image.project}/global/"
-                                   f"images/{disk_image.name}' is not ready")
+                raise ComputeError(
+                    400,
+                    "resourceNotReady",
+                    f"The resource 'projects/{disk_image.project}/global/images/{disk_image.name}' is not ready",
+                )
         elif d.get("boot"):
-            raise invalid(f"resource.disks[{i}].initializeParams.sourceImage", "",
-                          "A boot disk needs a source image.")
+            raise invalid(f"resource.disks[{i}].initializeParams.sourceImage", "", "A boot disk needs a source image.")
         min_gb = disk_image.disk_size_gb if disk_image else 10
         size = int(ip.get("diskSizeGb") or min_gb)
         if size < min_gb:
-            raise invalid(f"resource.disks[{i}].initializeParams.diskSizeGb", size,
-                          f"Requested disk size cannot be smaller than the image size ({min_gb} GB)")
+            raise invalid(
+                f"resource.disks[{i}].initializeParams.diskSizeGb",
+                size,
+                f"Requested disk size cannot be smaller than the image size ({min_gb} GB)",
+            )
         dtype = "pd-standard"
         if ip.get("diskType"):
             tm = _DISK_TYPE.match(ip["diskType"])
             if not tm:
-                raise invalid(f"resource.disks[{i}].initializeParams.diskType", ip["diskType"],
-                              "Must be a URL to a disk type resource.")
+                raise invalid(
+                    f"resource.disks[{i}].initializeParams.diskType",
+                    ip["diskType"],
+                    "Must be a URL to a disk type resource.",
+                )
             dtype = tm.group(3)
         metric = "DISKS_TOTAL_GB" if dtype == "pd-standard" else "SSD_TOTAL_GB"
         gb[metric] = gb.get(metric, 0) + size
@@ -317,8 +355,7 @@ def resolve_image(project: str, ref: str, images) -> cat.Image:
     """An image reference (`projects/P/global/images/family/F`, `.../images/NAME`, full URL)."""
     m = _IMAGE.match(ref)
     if not m:
-        raise invalid("resource.disks[0].initializeParams.sourceImage", ref,
-                      "Must be a URL to an image resource.")
+        raise invalid("resource.disks[0].initializeParams.sourceImage", ref, "Must be a URL to an image resource.")
     img_project = m.group(1) or project
     if m.group(2):
         return image_from_family(img_project, m.group(3), images)
@@ -334,8 +371,9 @@ def get_image(project: str, name: str, images) -> cat.Image:
 
 def image_from_family(project: str, family: str, images) -> cat.Image:
     """The newest image of the family that is READY and not deprecated."""
-    found = [i for i in images if i.project == project and i.family == family and not i.deprecated
-             and i.status == "READY"]
+    found = [
+        i for i in images if i.project == project and i.family == family and not i.deprecated and i.status == "READY"
+    ]
     if not found:
         raise not_found(f"projects/{project}/global/images/family/{family}")
     return max(found, key=lambda i: i.created)
@@ -363,8 +401,9 @@ def plan_image(project: str, body: dict, images, force_create: bool = False) -> 
         raise invalid("resource.family", family, "Must be a match of regex '(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)'")
     labels = check_labels(body.get("labels"))
     if any(i.project == project and i.name == name for i in images):
-        raise ComputeError(409, "alreadyExists",
-                           f"The resource 'projects/{project}/global/images/{name}' already exists")
+        raise ComputeError(
+            409, "alreadyExists", f"The resource 'projects/{project}/global/images/{name}' already exists"
+        )
     source = body.get("sourceDisk") or ""
     if not source:
         other = [k for k in ("sourceImage", "sourceSnapshot", "rawDisk") if body.get(k)]
@@ -373,7 +412,11 @@ def plan_image(project: str, body: dict, images, force_create: bool = False) -> 
         raise ComputeError(400, "required", "Required field 'resource.sourceDisk' not specified")
     m = _DISK.match(source)
     if not m:
-        raise invalid("resource.sourceDisk", source, "Must be a URL to a disk resource, e.g. "
-                                                     "projects/PROJECT/zones/ZONE/disks/DISK.")
-    return ImagePlan(name, family, labels, body.get("description"), m.group(1) or project, m.group(2),
-                     m.group(3), force_create)
+        raise invalid(
+            "resource.sourceDisk",
+            source,
+            "Must be a URL to a disk resource, e.g. projects/PROJECT/zones/ZONE/disks/DISK.",
+        )
+    return ImagePlan(
+        name, family, labels, body.get("description"), m.group(1) or project, m.group(2), m.group(3), force_create
+    )

@@ -1,0 +1,1 @@
+"""The Compute Engine emulator: the REST subset nbburst calls, instances as local processes."""
