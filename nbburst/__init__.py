@@ -47,12 +47,16 @@ def progress(done: float, total: float | None = None, desc: str = "") -> None:
     report(done, total, desc)
 
 
+_LAZY = {"checkpoint": ".checkpoint", "state": ".protocol.state"}
+
+
 def __getattr__(name: str) -> Any:
-    """``nbburst.checkpoint`` (save/load/range/folder/on_preempt), imported on first use."""
-    if name == "checkpoint":
+    """``nbburst.checkpoint`` (save/load/range/folder/on_preempt) and ``nbburst.state`` (register the
+    process state burst cells carry), imported on first use."""
+    if name in _LAZY:
         import importlib
 
-        return importlib.import_module(".checkpoint", __name__)
+        return importlib.import_module(_LAZY[name], __name__)
     raise AttributeError(f"module 'nbburst' has no attribute {name!r}")
 
 

@@ -273,7 +273,7 @@ def _current() -> _Root:
         return _root
 
 
-def _activate(
+def activate(
     path: str | os.PathLike[str] | None,
     key: bytes | None = None,
     on_change: Callable[[], None] | None = None,
@@ -549,7 +549,7 @@ def preempting() -> bool:
     return _preempting.is_set()
 
 
-def _run_preempt_hooks(deadline: float) -> list[str]:
+def run_preempt_hooks(deadline: float) -> list[str]:
     """Run the registered hooks (the runner calls this); returns the problems met."""
     _preempting.set()
     problems = []

@@ -17,7 +17,7 @@ from traitlets import Bool, Dict, Enum, Float, Int, Unicode
 from traitlets.config import Config, Configurable
 
 from .errors import UsageError
-from .options import BACKENDS
+from .protocol import backends
 from .protocol.durations import parse_duration
 
 ENV_PREFIX = "NBBURST_"
@@ -32,7 +32,9 @@ def _data_dir() -> str:
 class NBBurst(Configurable):
     """Settings of nbburst, set with ``c.NBBurst.<name> = ...`` in a Jupyter or IPython config file."""
 
-    backend = Enum(list(BACKENDS), default_value="local", help="Where cells run: local or gce.").tag(config=True)
+    backend = Enum(
+        list(backends.names()), default_value="local", help="Where cells run: " + ", ".join(backends.names()) + "."
+    ).tag(config=True)
     root = Unicode(
         "",
         help="Store URL: a folder, file://..., or gs://bucket/prefix. "
@@ -55,6 +57,12 @@ class NBBurst(Configurable):
     image = Unicode("", help="VM image (projects/P/global/images/NAME).").tag(config=True)
     image_family = Unicode("", help="VM image family, used when image is not set.").tag(config=True)
     image_project = Unicode("", help="Project of image_family (default: project).").tag(config=True)
+    gpu_image_family = Unicode(
+        "common-cu129-ubuntu-2404-nvidia-580",
+        help="VM image family of --gpu jobs without --image/--image-family: one with an NVIDIA driver "
+        "(default: a Deep Learning VM family, CUDA 12.9 and driver 580 on Ubuntu 24.04).",
+    ).tag(config=True)
+    gpu_image_project = Unicode("deeplearning-platform-release", help="Project of gpu_image_family.").tag(config=True)
     network = Unicode("", help="VPC network for VMs (default: default).").tag(config=True)
     subnetwork = Unicode("", help="Subnetwork for VMs.").tag(config=True)
     disk_gb = Int(50, help="Boot disk size of VMs in GB.").tag(config=True)
@@ -62,12 +70,27 @@ class NBBurst(Configurable):
     timeout = Unicode("24h", help="Default hard time limit of a job (90s, 30m, 2h).").tag(config=True)
     max_restarts = Int(10, help="How often a preempted job is relaunched before it fails.").tag(config=True)
     fallback_on_demand = Bool(False, help="Relaunch on a standard VM when spot capacity is out.").tag(config=True)
+    background_supervisor = Bool(
+        True,
+        help="Local backend: a submission starts a background supervisor (one per Store) that relaunches "
+        "preempted jobs while no notebook waits for them, and exits once they have all ended.",
+    ).tag(config=True)
     owner = Unicode("", help="Owner label on machines (default: the user name).").tag(config=True)
     poll_interval = Float(0.25, help="Seconds between status polls while a cell waits.").tag(config=True)
     prices = Dict(help="Price overrides merged over nbburst.protocol.pricing.DEFAULT_TABLE (same shape).").tag(
         config=True
     )
     price_file = Unicode("", help="JSON file of price overrides (same shape as prices).").tag(config=True)
+    live_prices = Bool(
+        True,
+        help="gce: read today's list prices from the Cloud Billing Catalog API (kept a day in state_dir); "
+        "off, or when the API cannot be read, the dated table.",
+    ).tag(config=True)
+    billing_endpoint = Unicode(
+        "",
+        help="Cloud Billing Catalog API endpoint for live prices (default: compute_endpoint when set, "
+        "since the emulator serves both; else Google's).",
+    ).tag(config=True)
 
     def __init__(self, **kwargs: Any):
         self._sources: dict[str, str] = {}
@@ -176,7 +199,7 @@ def store_url(settings: NBBurst, backend: str | None = None) -> str:
     """The Store root for ``backend``: a GCS bucket is needed once a machine is remote."""
     if settings.root:
         return settings.root
-    if (backend or settings.backend) == "gce":
+    if backends.is_remote(backend or settings.backend):
         if not settings.bucket:
             raise UsageError(
                 "the gce backend needs a bucket: set c.NBBurst.bucket, $NBBURST_BUCKET, "

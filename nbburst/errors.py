@@ -19,6 +19,23 @@ class CaptureError(BurstError):
     """A value the cell needs cannot be sent to the machine; nothing was launched."""
 
 
+class CellSyntaxError(CaptureError):
+    """The cell is not valid Python as a notebook cell compiles it; nothing was launched."""
+
+    def __init__(self, msg: str, where: str, lineno: int, text: str, offset: int = 0):
+        super().__init__(f"{msg} ({where}, line {lineno})")
+        self.msg, self.where, self.lineno, self.text, self.offset = msg, where, lineno, text, offset
+
+    def _render_traceback_(self) -> list[str]:
+        """As the kernel shows a cell's syntax error: where, the line, a caret under the fault, the message."""
+        shown = self.text.lstrip()
+        column = max(0, self.offset - 1 - (len(self.text) - len(shown)))
+        return [
+            f"  \x1b[0;36m{self.where}, line {self.lineno}\x1b[0m\n    {shown}\n    {' ' * column}^\n"
+            f"\x1b[0;31mSyntaxError\x1b[0m: {self.msg}"
+        ]
+
+
 class UnsupportedOption(UsageError):
     """The chosen backend cannot honour an option; nothing was launched."""
 

@@ -7,14 +7,16 @@ same message.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .errors import UsageError
+from .protocol import backends
 from .protocol.durations import parse_duration
 from .protocol.job import Resources
 
-BACKENDS = ("local", "gce")
 _NAME = re.compile(r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")
 
 
@@ -46,6 +48,27 @@ def parse_names(value: str | list[str] | tuple[str, ...] | None, option: str = "
     if not names:
         raise UsageError(f"{option}: give at least one variable name, e.g. {option} model,scores")
     return names
+
+
+def file_destination(raw: str) -> str:
+    """Where ``--files PATH`` lands in the cell's working folder: a relative path as given (inside the
+    folder), any other path by its file name."""
+    path = Path(raw).expanduser()
+    return raw if not path.is_absolute() and ".." not in path.parts else path.name
+
+
+def parse_files(paths: list[str] | None) -> list[str]:
+    """``--files``: two files that would land at the same place are refused, naming both."""
+    landed: dict[str, str] = {}
+    for raw in paths or []:
+        dest = file_destination(raw)
+        if dest in landed:
+            raise UsageError(
+                f"--files: {landed[dest]!r} and {raw!r} would both be {dest!r} in the cell's working folder; "
+                "rename one of them"
+            )
+        landed[dest] = raw
+    return list(paths or [])
 
 
 @dataclass
@@ -84,8 +107,7 @@ class Options:
         workers: int | None = None,
     ) -> Options:
         """Validate every value; the first bad one raises :class:`UsageError` naming it."""
-        if backend not in BACKENDS:
-            raise UsageError(f"--backend: {backend!r} is not a backend; choose one of {', '.join(BACKENDS)}")
+        backends.get(backend)  # an unknown name is a UsageError naming the known ones
         if name is not None and not _NAME.match(name):
             raise UsageError(
                 f"--name: {name!r} is not a valid job name; use lowercase letters, digits and '-', "
@@ -93,7 +115,7 @@ class Options:
             )
         if cores is not None and (not isinstance(cores, int) or cores < 1):
             raise UsageError(f"--cores: must be a whole number of at least 1, got {cores!r}")
-        if memory is not None and memory <= 0:
+        if memory is not None and not (math.isfinite(memory) and memory > 0):
             raise UsageError(f"--memory: must be a positive number of GB, got {memory!r}")
         if image and image_family:
             raise UsageError("--image and --image-family exclude each other; give one of them")
@@ -122,5 +144,5 @@ class Options:
             max_restarts=max_restarts,
             detach=detach,
             out=parse_names(out),
-            files=list(files or []),
+            files=parse_files(files),
         )

@@ -12,6 +12,12 @@ from typing import Any
 _channel: Any = None
 
 
+def connect(channel: Any) -> None:
+    """Send progress to ``channel`` (the agent's runner calls this once, before the cell runs)."""
+    global _channel
+    _channel = channel
+
+
 def progress(done: float, total: float | None = None, desc: str = "") -> None:
     if _channel is not None:
         _channel.progress(done, total, desc)

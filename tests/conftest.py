@@ -1,6 +1,9 @@
 import pytest
 from support import kill_agents
 
+from nbburst.client.background import stop_all
+from nbburst.config import load
+
 pytest_plugins = ["nbburst.testing.pytest_plugin"]
 
 
@@ -14,6 +17,31 @@ def burst_env(tmp_path, monkeypatch):
     monkeypatch.setenv("NBBURST_BACKEND", "local")
     monkeypatch.delenv("NBBURST_TIMEOUT", raising=False)
     yield {"root": root, "state": state}
+    stop_all(load())  # the background supervisors that submissions started (nbburst/client/background.py)
     # An agent exits a few tens of milliseconds after it commits the job's end: give it that.
     killed = kill_agents(str(root))
     assert not killed, f"machines left running after the test: {killed}"
+
+
+@pytest.fixture
+def gce_env(emulator_env, tmp_path, monkeypatch):
+    """The gce backend on the Compute Engine and GCS emulators, with a private state folder."""
+    monkeypatch.setenv("NBBURST_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("NBBURST_TIMEOUT", raising=False)
+    return emulator_env
+
+
+@pytest.fixture(scope="session")
+def package_index(tmp_path_factory):
+    """A package index on 127.0.0.1 for emulated VMs of stock images: uv, a standalone Python made of this
+    one, and every distribution of this Python (each made into a wheel when first asked for)."""
+    from nbburst.testing.pypi import PackageIndex
+
+    index = PackageIndex(tmp_path_factory.mktemp("package-index")).start()
+    try:
+        index.add_uv()
+        index.add_python()
+        index.add_installed()
+        yield index
+    finally:
+        index.stop()

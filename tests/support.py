@@ -1,4 +1,5 @@
-"""Helpers shared by the tests: waiting for a condition, finding and ending local machines."""
+"""Helpers shared by the tests: waiting for a condition, waiting for machines to go, finding and ending
+local machines."""
 
 from __future__ import annotations
 
@@ -6,11 +7,27 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psutil
 
 T = TypeVar("T")
+
+#: Compute Engine quotas of a project that asked for more than a new one has (the emulator's default): room
+#: for a 64-vCPU plan and a few GPUs of each model, spot or standard.
+LARGE_QUOTAS = {
+    "CPUS": 128,
+    "CPUS_ALL_REGIONS": 128,
+    "N2_CPUS": 128,
+    "C2D_CPUS": 128,
+    "A2_CPUS": 48,
+    "GPUS_ALL_REGIONS": 8,
+    "NVIDIA_T4_GPUS": 4,
+    "PREEMPTIBLE_NVIDIA_T4_GPUS": 4,
+    "NVIDIA_L4_GPUS": 4,
+    "PREEMPTIBLE_NVIDIA_L4_GPUS": 4,
+    "NVIDIA_A100_GPUS": 4,
+}
 
 
 def wait_until(predicate: Callable[[], T], timeout: float = 30.0, step: float = 0.05, what: str = "") -> T:
@@ -23,6 +40,15 @@ def wait_until(predicate: Callable[[], T], timeout: float = 30.0, step: float = 
         if time.monotonic() > end:
             raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
         time.sleep(step)
+
+
+def machines_gone(machines: Any, job_id: str | None = None, timeout: float = 10.0) -> None:
+    """Wait until the Machines adapter ``machines`` lists none (of ``job_id``, or at all); fail after ``timeout`` s.
+
+    An agent ends its own machine a moment after it commits the job's end.
+    """
+    what = f"the machine of {job_id} to go" if job_id else "every machine to go"
+    wait_until(lambda: not machines.list(job_id), timeout, what=what)
 
 
 def agents_under(root: str) -> list[psutil.Process]:

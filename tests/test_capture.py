@@ -3,6 +3,7 @@
 import threading
 import types
 
+import numpy as np
 import pytest
 
 from nbburst.client.capture import analyse, capture
@@ -56,10 +57,29 @@ def test_deleted_names_and_last_expression():
 
 def test_capture_sorts_modules_values_and_hidden_names():
     ns = {"np": types.ModuleType("numpy"), "X": [1], "unused": 2, "In": [], "_": 3, "_i4": "", "display": print}
-    cap = capture("y = np.sum(X) + _ + len(In)\ndisplay(y)", ns)
+    injected = {"In": ns["In"], "display": ns["display"]}  # what IPython put there (shell.user_ns_hidden)
+    cap = capture("y = np.sum(X) + _ + len(In)\ndisplay(y)", ns, hidden=injected)
     assert cap.modules == {"np": "numpy"}
     assert cap.values == {"X": [1]}
     assert cap.outputs == ["y"]
+
+
+def test_names_like_ipythons_travel_when_they_hold_the_users_values():
+    # Decided by identity with what IPython injected, not by name.
+    injected = {"display": print, "exit": object(), "In": []}
+    ns = {"display": {"a confusion": "matrix"}, "exit": 3, "In": injected["In"], "X": 1}
+    cap = capture("r = (display, exit, In, X)\ndisplay = 2", ns, hidden=injected)
+    assert cap.values == {"display": {"a confusion": "matrix"}, "exit": 3, "X": 1}
+    assert cap.outputs == ["r", "display"]
+
+
+def test_submodules_loaded_here_under_the_packages_the_cell_uses():
+    import email.mime.text  # noqa: F401  (a submodule an earlier cell loaded)
+    import json
+
+    cap = capture("import email\nout = json.dumps(1)", {"json": json})
+    assert "email.mime.text" in cap.submodules
+    assert all(name.partition(".")[0] in ("email", "json") for name in cap.submodules)
 
 
 def test_out_restricts_outputs():
@@ -77,3 +97,13 @@ def test_unpicklable_value_passes_capture_and_fails_at_encoding():
 
     with pytest.raises(CaptureError, match=r"variable 'lk' \(_thread.lock\).*Fix: create the lock inside the cell"):
         _encode_all(capture("lk.acquire()", {"lk": threading.Lock()}).values)
+
+
+def test_names_written_in_strings_travel_when_they_can():
+    # Formula and query strings are evaluated in the notebook's namespace.
+    from nbburst.client.burst import _encode_all
+
+    ns = {"np": np, "df": [1], "lim": 3, "lk": threading.Lock()}
+    cap = capture("res = ols('y ~ np.log(x)', data=df)\nq = query('a > @lim')\nprint('lk held')", ns)
+    assert cap.modules == {"np": "numpy"} and cap.values["lim"] == 3
+    assert set(_encode_all(cap.values, cap.optional)) == {"df", "lim"}  # the lock only named in a string stays

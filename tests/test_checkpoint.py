@@ -26,15 +26,15 @@ def ckpt_dir(tmp_path, monkeypatch):
     """The API pointed at a fresh folder, as in a plain kernel."""
     monkeypatch.setenv(checkpoint.ENV_DIR, str(tmp_path / "ckpt"))
     monkeypatch.delenv("NBBURST_JOB_KEY", raising=False)
-    checkpoint._activate(None)
+    checkpoint.activate(None)
     yield tmp_path / "ckpt"
-    checkpoint._activate(None)
+    checkpoint.activate(None)
 
 
 def test_public_name_and_plain_kernel_default(tmp_path, monkeypatch):
     monkeypatch.delenv(checkpoint.ENV_DIR, raising=False)
     monkeypatch.chdir(tmp_path)
-    checkpoint._activate(None)
+    checkpoint.activate(None)
     try:
         assert nbburst.checkpoint is checkpoint
         checkpoint.save("x", {"a": 1})
@@ -42,7 +42,7 @@ def test_public_name_and_plain_kernel_default(tmp_path, monkeypatch):
         assert (tmp_path / ".nbburst-checkpoints" / "state" / "manifest.json").exists()
         assert checkpoint.folder() == tmp_path / ".nbburst-checkpoints" / "folder"
     finally:
-        checkpoint._activate(None)
+        checkpoint.activate(None)
 
 
 def test_save_load_versions_and_default(ckpt_dir):
@@ -88,11 +88,11 @@ def _training(stop_after: int | None = None) -> list[int]:
 def test_range_resumes_after_the_last_committed_iteration(ckpt_dir):
     with pytest.raises(KeyboardInterrupt):
         _training(stop_after=3)
-    checkpoint._activate(None)  # a new process: fresh loop bookkeeping
+    checkpoint.activate(None)  # a new process: fresh loop bookkeeping
     # iteration 3 saved but did not end: it is redone from the state of iteration 2
     assert checkpoint.load("state") == [0, 1, 2]
     assert _training() == [0, 1, 2, 3, 4, 5]
-    checkpoint._activate(None)
+    checkpoint.activate(None)
     assert _training() == [0, 1, 2, 3, 4, 5]  # finished: nothing runs again
     assert list(checkpoint.range(3, name="fresh")) == [0, 1, 2]
 
@@ -110,17 +110,17 @@ def test_range_arguments_nested_loops_and_break(ckpt_dir):
 
     with pytest.raises(KeyboardInterrupt):
         nested(crash_at=(1, 1))
-    checkpoint._activate(None)
+    checkpoint.activate(None)
     seen.clear()
     nested()
     assert seen == [(1, 1), (2, 0), (2, 1)]  # (1, 0) was committed, the inner loop restarts per outer value
 
-    checkpoint._activate(None)
+    checkpoint.activate(None)
     for i in checkpoint.range(5, name="brk"):
         checkpoint.save("b", i)
         if i == 2:
             break
-    checkpoint._activate(None)
+    checkpoint.activate(None)
     # the breaking iteration stays uncommitted: a rerun redoes it from iteration 1's state
     assert checkpoint.load("b") == 1
     assert next(iter(checkpoint.range(5, name="brk"))) == 2
@@ -183,7 +183,7 @@ def test_store_mirror_round_trip_signed_and_verified(tmp_path, monkeypatch):
     root = tmp_path / "machine1" / ".nbburst"
     mirror.restore(store, layout, key, root)
     syncer = mirror.Syncer(store, layout, key, root, attempt=1)
-    checkpoint._activate(root, key, on_change=syncer.kick, on_sync=syncer.flush)
+    checkpoint.activate(root, key, on_change=syncer.kick, on_sync=syncer.flush)
     try:
         it = iter(checkpoint.range(10, name="epochs"))
         for _ in range(3):
@@ -194,24 +194,24 @@ def test_store_mirror_round_trip_signed_and_verified(tmp_path, monkeypatch):
         (root / "tasks" / "abc.pkl").write_bytes(b"\x80\x05N.")
         checkpoint.sync()
         objects = store.list(layout.checkpoints)
-        assert layout.checkpoints + "manifest.json" in objects
+        assert layout.checkpoints + "manifest/00000001.json" in objects  # versioned: one manifest per upload
         assert layout.checkpoints + "files/sub/model.pt" in objects
         assert any(k.startswith(layout.checkpoints + "tasks/0001-") for k in objects)
         assert store.get(layout.checkpoints + "files/sub/model.pt").startswith(signing.MAGIC)
     finally:
-        checkpoint._activate(None)
+        checkpoint.activate(None)
 
     # a new machine: everything comes back, verified
     root2 = tmp_path / "machine2" / ".nbburst"
     counts = mirror.restore(store, layout, key, root2)
     assert counts == {"objects": 2, "files": 1, "tasks": 1, "loops": 1}
-    checkpoint._activate(root2, key)
+    checkpoint.activate(root2, key)
     try:
         assert checkpoint.load("weights") == [0, 1]  # iteration 2 was still open
         assert next(iter(checkpoint.range(10, name="epochs"))) == 2
         assert (checkpoint.folder() / "sub" / "model.pt").read_bytes() == b"torch bytes" * 1000
     finally:
-        checkpoint._activate(None)
+        checkpoint.activate(None)
 
     # a tampered object, or another job's key, is refused
     with pytest.raises(signing.SignatureError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -226,3 +227,160 @@ def test_supervise_stops_on_sigterm(burst_env):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# -- what users see: the table at any width, output for scripts, verdicts, waiting, a missing module ------------
+
+LONG_NAME = "ux-widgets-and-a-rather-long-job-name-01"  # 40 characters, the longest a name may be
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def in_terminal(*args: str, columns: int) -> str:
+    """Run ``nbburst ARGS`` with a terminal (a pty) COLUMNS wide as its stdout; what it showed, without colours."""
+    main, side = os.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nbburst", *args],
+        stdout=side,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "COLUMNS": str(columns), "TERM": "xterm"},
+    )
+    os.close(side)
+    shown = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # EIO: the command closed the terminal
+                break
+            if not chunk:
+                break
+            shown += chunk
+        assert proc.wait(timeout=60) == EXIT_OK, proc.stderr.read() if proc.stderr else ""
+    finally:
+        os.close(main)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+    return ANSI.sub("", shown.decode()).replace("\r", "")
+
+
+def _gated_thing(gate, folder):
+    """Wait for the test to open ``gate``, then return an object of a module only this machine has."""
+    import pathlib
+    import sys
+    import time
+
+    while not pathlib.Path(gate).exists():
+        time.sleep(0.02)
+    sys.path.insert(0, folder)
+    import nbb_only_on_the_machine
+
+    return nbb_only_on_the_machine.Thing()
+
+
+def test_jobs_for_terminals_and_scripts_keep_names_and_ids_whole(burst):
+    from nbburst.protocol.durations import format_duration
+
+    job = burst.submit(_square, 5, options=burst.options(name=LONG_NAME))
+    other = burst.submit(_square, 6)  # no name: its name is its id
+    assert job.wait(60).value == "SUCCEEDED" and other.wait(60).value == "SUCCEEDED"
+    info = json.loads(nbburst("info", LONG_NAME).stdout)
+
+    piped = nbburst("jobs", env={"COLUMNS": "80"})  # stdout is a pipe: one job a line, tab-separated
+    assert piped.returncode == EXIT_OK, piped.stderr
+    lines = piped.stdout.splitlines()
+    rows = {fields[0]: fields for fields in (line.split("\t") for line in lines)}
+    assert len(lines) == 2 and all(len(fields) == 7 for fields in rows.values()), piped.stdout
+    assert rows[job.id][:3] == [job.id, LONG_NAME, "SUCCEEDED"] and rows[other.id][1] == other.id
+    assert "…" not in piped.stdout
+    plain = nbburst("jobs", "--plain", env={"COLUMNS": "40"}).stdout.splitlines()
+    without_age = [[f for n, f in enumerate(line.split("\t")) if n != 3] for line in lines]
+    assert [[f for n, f in enumerate(line.split("\t")) if n != 3] for line in plain] == without_age
+
+    # ELAPSED: the job's wall time from submission to its end, whatever part of it the cell took
+    assert info["started"] > info["created"]
+    assert abs(info["elapsed_s"] - (info["ended"] - info["created"])) < 0.1
+    assert rows[job.id][5] == format_duration(info["elapsed_s"])
+
+    listed = json.loads(nbburst("jobs", "--json").stdout)
+    assert isinstance(listed, list) and {j["id"] for j in listed} == {job.id, other.id}
+    assert next(j for j in listed if j["id"] == job.id)["elapsed_s"] == info["elapsed_s"]
+
+    narrow = in_terminal("jobs", "--cost", columns=80)
+    assert job.id in narrow and LONG_NAME in narrow and "…" not in narrow, narrow
+    assert max(len(line) for line in narrow.splitlines()) <= 80, narrow
+    costly = in_terminal("jobs", "--cost", columns=90)  # room for one more column: with --cost, COST stays
+    assert "$0.00" in costly and "ELAPSED" not in costly
+    assert "ELAPSED" in in_terminal("jobs", columns=90)
+    wide = in_terminal("jobs", columns=160)
+    for header in ("ID", "NAME", "STATE", "AGE", "MACHINE", "ELAPSED", "COST"):
+        assert header in wide
+    cramped = in_terminal("jobs", columns=50)  # narrower than ID + NAME + STATE: wider lines, nothing cut
+    assert job.id in cramped and LONG_NAME in cramped and "SUCCEEDED" in cramped and "…" not in cramped
+
+    followed = nbburst("logs", "-f", LONG_NAME)
+    assert followed.returncode == EXIT_OK and followed.stdout == "squaring 5\n"
+    assert followed.stderr.splitlines()[-1] == (
+        f"nbburst: job {LONG_NAME} SUCCEEDED in {format_duration(info['elapsed_s'])}"
+    )
+
+
+def test_result_says_it_waits_and_names_a_missing_module(burst, tmp_path):
+    folder = tmp_path / "machine-only"
+    folder.mkdir()
+    (folder / "nbb_only_on_the_machine.py").write_text("class Thing:\n    pass\n")
+    gate = tmp_path / "gate"
+    burst.submit(_gated_thing, str(gate), str(folder), options=burst.options(name="thing"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nbburst", "result", "thing"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "160"},
+    )
+    try:
+        first = proc.stderr.readline()
+        assert first.startswith("nbburst: waiting for job thing (") and "the job goes on" in first
+        gate.touch()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        gate.touch()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == EXIT_CONFIG and out == ""  # nothing half: no value printed
+    assert len(err.splitlines()) == 1 and "waiting" not in err  # said once; then one line
+    assert err.startswith("nbburst: the result of job thing needs the module 'nbb_only_on_the_machine'")
+    assert "Traceback" not in err and "FAILED" not in err
+    assert burst.job("thing").state.value == "SUCCEEDED"
+    done = nbburst("result", "thing", "-o", str(tmp_path / "r.pkl"))
+    assert done.returncode == EXIT_CONFIG and "waiting" not in done.stderr  # it has ended: no wait
+    assert "nbb_only_on_the_machine" in one_line_error(done) and not (tmp_path / "r.pkl").exists()
+
+
+def test_doctor_exit_codes_and_fixes(burst_env, tmp_path):
+    from nbburst import config
+
+    assert nbburst("doctor").returncode == EXIT_OK  # makes the state folder
+    keys = config.state_dir(config.load()) / "keys"
+    keys.chmod(0o750)
+    warned = nbburst("doctor")
+    assert warned.returncode == EXIT_OK, warned.stdout  # a warning does not fail doctor
+    assert "! state dir:" in warned.stdout and f"    fix: chmod 700 {keys}\n" in warned.stdout
+    keys.chmod(0o700)
+
+    bad_setting = nbburst("doctor", env={"NBBURST_TIMEOUT": "forever"})
+    assert bad_setting.returncode == EXIT_CONFIG
+    assert bad_setting.stdout.startswith("✖ configuration: timeout") and "fix: " in bad_setting.stdout
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    store = blocker / "store"
+    broken = nbburst("doctor", "--root", str(store))
+    assert broken.returncode == EXIT_CONFIG
+    lines = broken.stdout.splitlines()
+    fix = lines[lines.index(next(line for line in lines if line.startswith("✖ store:"))) + 1]
+    assert fix == f"    fix: make {store} a writable folder, or set c.NBBurst.root or $NBBURST_ROOT (or --root) to one"
+    assert broken.stderr == "nbburst: 1 check(s) failed\n"

@@ -17,7 +17,7 @@ import nbformat
 import psutil
 import pytest
 from nbrun import error, run, stream
-from support import wait_until
+from support import LARGE_QUOTAS, wait_until
 from test_compute_emulator import PROJECT, ZONE, instance
 
 from nbburst.client.burst import Burst
@@ -28,13 +28,6 @@ from nbburst.protocol.job import State
 from nbburst.protocol.pricing import family_of
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def gce_env(emulator_env, tmp_path, monkeypatch):
-    monkeypatch.setenv("NBBURST_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.delenv("NBBURST_TIMEOUT", raising=False)
-    return emulator_env
 
 
 def inserts(emu) -> list[dict]:
@@ -89,6 +82,7 @@ def test_quickstart_notebook_runs_on_a_spot_vm(gce_env, compute_emulator):
     print(f"quickstart on the gce emulator: {elapsed:.1f} s")
 
 
+@pytest.mark.compute_emulator(quotas=LARGE_QUOTAS)
 def test_plan_picks_the_cheapest_type_and_says_why(gce_env):
     machines = Burst().machines("gce")
     plan = machines.plan(Burst().options(backend="gce", cores=64).resources)
@@ -347,24 +341,27 @@ def test_packages_that_differ_are_installed_on_the_vm_and_logged(gce_env, comput
 
 def test_shutdown_script_marks_a_silent_attempt_preempted(tmp_path, monkeypatch):
     from nbburst.agent.gce import mark_shutdown
+    from nbburst.protocol import signing
+    from nbburst.protocol.folder import JobFolder
     from nbburst.protocol.job import JobLayout, Status, Terminal
     from nbburst.store import open_store
     from nbburst.testing import MetadataServer
 
     root = tmp_path / "store"
-    store, layout = open_store(str(root)), JobLayout("b20000101-000000-bbbbbb")
-    attrs = {"nbburst-job-url": f"{root}/jobs/{layout.job_id}", "nbburst-attempt": "2"}
+    store, layout, key = open_store(str(root)), JobLayout("b20000101-000000-bbbbbb"), signing.new_key()
+    folder = JobFolder(store, layout, key)
+    attrs = {"nbburst-job-url": f"{root}/jobs/{layout.job_id}", "nbburst-attempt": "2", "nbburst-key": key.hex()}
     with MetadataServer({"instance/attributes": attrs, "instance/preempted": "TRUE"}) as md:
         monkeypatch.setenv("GCE_METADATA_HOST", md.host)
-        store.put(layout.status(2), Status(2, State.PROVISIONING, heartbeat=time.time() - 60).to_json())
+        folder.put_status(Status(2, State.PROVISIONING, heartbeat=time.time() - 60))
         assert mark_shutdown(wait_s=0) == "the attempt is PROVISIONING"  # never started: the client's call
-        store.put(layout.status(2), Status(2, State.RUNNING, heartbeat=time.time()).to_json())
+        folder.put_status(Status(2, State.RUNNING, heartbeat=time.time()))
         assert mark_shutdown(wait_s=0.2) == "the agent is still reporting"
-        store.put(layout.status(2), Status(2, State.RUNNING, heartbeat=time.time() - 60).to_json())
+        folder.put_status(Status(2, State.RUNNING, heartbeat=time.time() - 60))
         assert mark_shutdown(wait_s=0) == "marked attempt 2 PREEMPTED"
-        marked = Status.from_json(store.get(layout.status(2)))
+        marked = folder.status(2)
         assert marked.state == State.PREEMPTED and marked.message == "the VM was preempted"
-        store.create(layout.terminal, Terminal(State.SUCCEEDED).to_json())
+        folder.create_record(layout.terminal, Terminal(State.SUCCEEDED).to_json())
         assert mark_shutdown(wait_s=0) == "the job has ended"
 
 

@@ -13,13 +13,6 @@ from nbburst.protocol.job import Resources, State
 from nbburst.testing import MetadataServer
 
 
-@pytest.fixture
-def gce_env(emulator_env, tmp_path, monkeypatch):
-    monkeypatch.setenv("NBBURST_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.delenv("NBBURST_TIMEOUT", raising=False)
-    return emulator_env
-
-
 def submit(burst, **options):
     return burst.submit(abs, -7, options=burst.options(backend="gce", **options))
 
@@ -183,8 +176,9 @@ def test_workbench_gives_project_zone_service_account_and_image(gce_env, compute
             machines = Burst().machines("gce")
             plan = machines.plan(Burst().options(backend="gce", cores=2).resources)
             assert machines.project == "nbburst-test" and plan.zone == "us-central1-b"
-            assert plan.image == "projects/nbburst-images/global/images/nbburst-py311-v1"
-            assert "this Workbench instance's image" in plan.reason
+            # not the Workbench instance's own image (private to Google: no VM boots from it), the default one
+            assert plan.image == "projects/debian-cloud/global/images/debian-12-bookworm-v20240110"
+            assert "the default stock image" in plan.reason
             assert machines._service_account() == "wb@nbburst-test.iam.gserviceaccount.com"
         finally:
             gce._workbench.cache_clear()

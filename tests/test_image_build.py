@@ -1,6 +1,6 @@
-"""``nbburst image build`` against the emulators: the builder VM really runs its startup script (in the
-emulator the VM's Python is this one, so only nbburst's wheel is installed, into a venv on the disk), the
-image is made from its disk, and a job booted from the image finds everything there."""
+"""``nbburst image build`` against the emulators: the builder VM really runs its startup script (from the stock
+debian-12 image: uv, fetched from a local package index, installs the packages and nbburst's wheel into a
+venv on the disk), the image is made from its disk, and a job booted from the image finds everything there."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from nbburst.client.burst import Burst
 from nbburst.errors import UsageError
 from nbburst.machines.base import machine_name
 from nbburst.machines.gce.image import ImageBuilder, build_script, packages_to_bake, plan, read_requirements
+from nbburst.protocol import dist
 from nbburst.protocol.job import State
 from nbburst.ui.cli import main
 
@@ -25,13 +26,12 @@ FAMILY = "nbburst-test-baked"
 
 
 @pytest.fixture
-def image_env(emulator_env, compute_emulator, tmp_path, monkeypatch):
-    monkeypatch.setenv("NBBURST_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.delenv("NBBURST_TIMEOUT", raising=False)
+def image_env(gce_env, compute_emulator, package_index, monkeypatch):
     monkeypatch.setenv("NBBURST_IMAGE_PROJECT", compute_emulator.project)  # where the build puts the image
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # the VMs inherit it: their pip never goes to the network
+    compute_emulator.instance_env.update(package_index.env())  # nor their uv: it uses the local index
     monkeypatch.setattr(ImageBuilder, "poll_s", 0.1)
-    return emulator_env
+    return gce_env
 
 
 def posts(emu) -> list[dict]:
@@ -43,8 +43,14 @@ def family_image(emu, family=FAMILY):
 
 
 @pytest.mark.compute_emulator(operation_delay=0.02)
-def test_build_an_image_and_boot_a_job_from_it(image_env, compute_emulator, capsys):
-    assert main(["image", "build", "--family", FAMILY, "--zone", "us-central1-b"]) == 0
+def test_build_an_image_and_boot_a_job_from_it(image_env, compute_emulator, capsys, tmp_path):
+    # Bake what the job below needs (this process's environment is too big to bake in a test): the
+    # distributions of the modules loaded once a build has been planned, as requirement lines.
+    assert main(["image", "build", "--family", FAMILY, "--zone", "us-central1-b", "--dry-run"]) == 0
+    needed = tmp_path / "requirements.txt"
+    needed.write_text("".join(f"{n}=={v}\n" for n, v in dist.requirements().items()))
+    capsys.readouterr()
+    assert main(["image", "build", "--family", FAMILY, "--zone", "us-central1-b", "--requirements", str(needed)]) == 0
     out = capsys.readouterr().out
     image = family_image(compute_emulator)
     assert image.name.startswith(FAMILY + "-") and len(image.name) == len(FAMILY) + 16

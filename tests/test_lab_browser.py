@@ -41,6 +41,41 @@ CELLS = [
     "%%burst --detach --name e2e-cancel\nimport time\nprint('waiting to be cancelled', flush=True)\ntime.sleep(120)",
 ]
 SIDEBAR = "#nbburst-sidebar"
+# In the page: the CSS rules that style a job view in the notebook without being the view's own (those of the
+# sidebar once did: its progress bar became a 60 px stub), and whether the view's colours come from the theme.
+VIEW_STYLE = """() => {
+  const views = [...document.querySelectorAll('.jp-Notebook .nbburst-view')];
+  const nodes = views.flatMap(view => [view, ...view.querySelectorAll('*')]);
+  const foreign = [];
+  const visit = rules => {
+    for (const rule of rules) {
+      if (!rule.selectorText) {
+        if (rule.cssRules) visit(rule.cssRules);
+        continue;
+      }
+      const own = rule.selectorText.split(',').every(s => s.trim().startsWith('.nbburst-view'));
+      if (rule.selectorText.includes('nbburst') && !own && nodes.some(n => n.matches(rule.selectorText))) {
+        foreign.push(rule.selectorText);
+      }
+    }
+  };
+  for (const sheet of document.styleSheets) visit(sheet.cssRules);
+  const view = views[views.length - 1];
+  const probe = document.createElement('div');
+  probe.style.background = 'var(--jp-layout-color2)';
+  probe.style.borderTop = '1px solid var(--jp-border-color2)';
+  view.appendChild(probe);
+  const theme = getComputedStyle(probe);
+  const tail = getComputedStyle(view.querySelector('.nbburst-view-tail pre'));
+  const result = {
+    views: views.length,
+    foreign,
+    tailBackground: tail.backgroundColor === theme.backgroundColor,
+    border: getComputedStyle(view).borderTopColor === theme.borderTopColor
+  };
+  probe.remove();
+  return result;
+}"""
 
 
 def write_notebook(path: Path) -> None:
@@ -119,6 +154,11 @@ def test_sidebar_follows_and_cancels_jobs(tmp_path, monkeypatch):
                 expect(doomed.locator(".nbburst-state-running")).to_be_visible(timeout=20_000)
                 expect(page.locator(f"{SIDEBAR} .nbburst-job")).to_have_count(2)
                 page.screenshot(path=str(screenshot))
+
+                # Its live view in the notebook: styled by its own stylesheet from the theme, by nothing else.
+                tail = page.locator(".jp-Notebook .jp-Cell").nth(2).locator(".nbburst-view .nbburst-view-tail pre")
+                expect(tail).to_contain_text("waiting to be cancelled", timeout=15_000)
+                assert page.evaluate(VIEW_STYLE) == {"views": 2, "foreign": [], "tailBackground": True, "border": True}
 
                 doomed.click()
                 expect(log).to_contain_text("waiting to be cancelled", timeout=15_000)

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import machines_gone
 from test_ui import errors, run_notebook, stream, views
 
 from nbburst.protocol import pricing
@@ -163,15 +164,7 @@ def test_logs_of_one_attempt_and_unknown_jobs(burst_env):
     info = job.info()
     assert info["cost_usd"] == 0.0 and info["cost"]["local"] is True and info["cost_per_hour_usd"] == 0.0
     assert job.terminal().cost["seconds"] > 0
-    wait_machines_gone(burst)
-
-
-def wait_machines_gone(burst, timeout: float = 10.0) -> None:
-    """The agent exits right after it commits the job's end; let it."""
-    deadline = time.monotonic() + timeout
-    while burst.machines("local").list() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not burst.machines("local").list()
+    machines_gone(burst.machines("local"))
 
 
 # -- pricing ---------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 from pytest_jupyter.jupyter_server import *  # noqa: F403  (jp_fetch, jp_serverapp and what they need)
-from support import kill_agents, wait_until
+from support import wait_until
 from traitlets.config import Config
 
 import nbburst
@@ -50,20 +50,12 @@ for i in range(4):
 
 
 @pytest.fixture
-def store_env(tmp_path, monkeypatch):
-    """A private Store and state folder; every job is stopped at teardown."""
-    root, state = tmp_path / "store", tmp_path / "state"
-    for name, value in {"NBBURST_ROOT": str(root), "NBBURST_STATE_DIR": str(state), "NBBURST_BACKEND": "local"}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("NBBURST_TIMEOUT", raising=False)
-    yield {"root": root, "state": state}
-    try:
-        for job in Burst().jobs():
-            if not job.state.terminal:
-                job.cancel(wait_s=2)
-    finally:
-        leftovers = kill_agents(str(root))
-    assert not leftovers, f"agent processes outlived the test: {leftovers}"
+def store_env(burst_env):
+    """burst_env (a private Store and state folder); every job still running is cancelled at teardown."""
+    yield burst_env
+    for job in Burst().jobs():
+        if not job.state.terminal:
+            job.cancel(wait_s=2)
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
-"""The Store contract, run against every adapter: LocalStore and GCSStore (on a GCS emulator).
+"""The Store contract, run against every adapter: LocalStore, GCSStore (on a GCS emulator), and the flaky
+LocalStore of the chaos tests (30% of its file operations fail; its retry must hide that).
 
 The GCS emulator (fake-gcs-server, see nbburst.testing.gcs) runs once
-per session; every test gets a fresh prefix in one bucket.
+per session (the ``gcs_emulator`` fixture of nbburst.testing.pytest_plugin);
+every test gets a fresh bucket.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-import uuid
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,23 +21,13 @@ import pytest
 from nbburst.store.base import AlreadyExists, NotFound, Store, StoreError
 from nbburst.store.local import LocalStore
 
-BUCKET = "nbburst-contract"
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
 
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture(scope="session")
-def gcs_emulator() -> Iterator[object]:
-    from nbburst.testing.gcs import GCSEmulator
-
-    with GCSEmulator() as emulator:
-        emulator.create_bucket(BUCKET)
-        yield emulator
-
-
-@pytest.fixture(params=["local", "gcs"])
+@pytest.fixture(params=["local", "flaky", "gcs"])
 def backend(request: pytest.FixtureRequest) -> str:
     return request.param
 
@@ -45,13 +37,16 @@ def make_store(backend: str, request: pytest.FixtureRequest, tmp_path: Path, mon
     """A factory of stores of this backend, all below one fresh root for this test."""
     if backend == "local":
         return lambda name="root", **kw: LocalStore(tmp_path / name)
-    emulator = request.getfixturevalue("gcs_emulator")
+    if backend == "flaky":
+        from nbburst.testing.faults import FlakyStore
+
+        return lambda name="root", **kw: FlakyStore(f"flaky://{tmp_path / name}", rate=0.3)
+    emulator, bucket = request.getfixturevalue("gcs_emulator"), request.getfixturevalue("gcs_bucket")
     for name, value in emulator.env().items():
         monkeypatch.setenv(name, value)
     from nbburst.store.gcs import GCSStore
 
-    run = uuid.uuid4().hex[:12]
-    return lambda name="root", **kw: GCSStore(f"gs://{BUCKET}/t-{run}/{name}", **kw)
+    return lambda name="root", **kw: GCSStore(f"gs://{bucket}/{name}", **kw)
 
 
 @pytest.fixture
@@ -64,6 +59,23 @@ def enforcing(backend: str, request: pytest.FixtureRequest) -> None:
     """Skip create-only tests on an emulator that would let them pass without enforcing anything."""
     if backend == "gcs" and not request.getfixturevalue("gcs_emulator").enforces_preconditions:
         pytest.skip("this GCS emulator ignores generation preconditions")
+
+
+@pytest.fixture
+def single_request_uploads(backend: str, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Sizes of the objects GCSStore sent in one request (not through a resumable session)."""
+    sizes: list[int] = []
+    if backend == "gcs":
+        from google.cloud.storage import Blob
+
+        real = Blob.upload_from_string
+
+        def spy(self: Blob, payload: bytes, *args: object, **kwargs: object) -> None:
+            sizes.append(len(payload))
+            return real(self, payload, *args, **kwargs)
+
+        monkeypatch.setattr(Blob, "upload_from_string", spy)
+    return sizes
 
 
 def _payload(size: int, seed: int = 0) -> bytes:
@@ -153,9 +165,7 @@ def test_create_only_via_put_chunks_and_put_file(store: Store, enforcing: None, 
 
 
 def test_create_race_has_exactly_one_winner(store: Store, enforcing: None) -> None:
-    # Small objects: the emulator enforces ifGenerationMatch=0 only on single-request uploads
-    # (up to 8 MiB), not on resumable ones. Real GCS enforces it on every upload, resumable too,
-    # so GCSStore relies on the same precondition for objects of any size.
+    # Small objects, sent in one request; test_large_create_that_loses_a_race_is_already_exists has large ones.
     writers = 20
     barrier = threading.Barrier(writers)
 
@@ -172,6 +182,39 @@ def test_create_race_has_exactly_one_winner(store: Store, enforcing: None) -> No
     winners = [i for i, w in enumerate(won) if w]
     assert len(winners) == 1
     assert store.get("jobs/race/lease") == b"writer-%d" % winners[0]
+
+
+LARGE = 9 * MiB  # above GCSStore's single-request limit (8 MiB): a resumable upload
+
+
+def test_large_create_that_loses_a_race_is_already_exists(
+    make_store: Callable[..., Store], enforcing: None, single_request_uploads: list[int]
+) -> None:
+    # GCS checks ifGenerationMatch=0 of a resumable upload only when it is finalised; fake-gcs-server alone
+    # does not check it at all, so this fails unless the emulator's proxy answers 412 there as GCS does.
+    store = make_store(chunk_size=4 * MiB)  # several chunks: the 412 comes with the last one
+    store.create("jobs/big/result.pkl", _payload(LARGE, seed=1))
+    with pytest.raises(AlreadyExists):
+        store.put_chunks("jobs/big/result.pkl", iter([_payload(LARGE, seed=2)]), create=True)
+    assert store.get("jobs/big/result.pkl") == _payload(LARGE, seed=1)
+
+    writers = 3
+    barrier = threading.Barrier(writers)
+
+    def write(i: int) -> bool:
+        barrier.wait()
+        try:
+            store.create("jobs/big/lease", _payload(LARGE + i, seed=10 + i))
+        except AlreadyExists:
+            return False
+        return True
+
+    with ThreadPoolExecutor(max_workers=writers) as pool:
+        won = list(pool.map(write, range(writers)))  # any other error is raised here
+    winners = [i for i, w in enumerate(won) if w]
+    assert len(winners) == 1
+    assert store.get("jobs/big/lease") == _payload(LARGE + winners[0], seed=10 + winners[0])
+    assert single_request_uploads == []
 
 
 # -- GCS only: a retried create whose first attempt succeeded unseen ---------------
@@ -215,6 +258,64 @@ def test_gcs_library_retry_after_unseen_success(
     assert store.get("jobs/a/result.pkl") == b"result bytes"
     with pytest.raises(AlreadyExists):
         store.create("jobs/a/result.pkl", b"result bytes")
+
+
+@pytest.mark.parametrize("backend", ["gcs"])
+def test_gcs_large_create_repeated_with_its_write_id_is_ours(
+    store: Store, enforcing: None, single_request_uploads: list[int]
+) -> None:
+    data = _payload(LARGE, seed=3)
+    store.create("jobs/a/result.pkl", data, write_id="attempt-0")
+    store.create("jobs/a/result.pkl", data, write_id="attempt-0")  # a new session, 412 at its end: ours
+    with pytest.raises(AlreadyExists):  # another writer, even with identical bytes
+        store.create("jobs/a/result.pkl", data)
+    with pytest.raises(AlreadyExists):  # same id but other bytes: not what we wrote
+        store.create("jobs/a/result.pkl", _payload(LARGE, seed=4), write_id="attempt-0")
+    assert store.get("jobs/a/result.pkl") == data
+    assert single_request_uploads == []
+
+
+@pytest.mark.parametrize("backend", ["gcs"])
+def test_gcs_large_create_whose_last_answer_is_lost(
+    make_store: Callable[..., Store], enforcing: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last chunk commits, its answer is lost, the library sends it again: GCS answers with the object."""
+    import requests
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    store = make_store(retry=DEFAULT_RETRY.with_delay(initial=0.01, maximum=0.05), chunk_size=4 * MiB)
+    http = store.client._http
+    real_request = http.request
+    dropped: list[str] = []
+
+    def lose_last_chunk_answer(method: str, url: str, *args: object, **kwargs: object) -> object:
+        response = real_request(method, url, *args, **kwargs)
+        content_range = (kwargs.get("headers") or {}).get("content-range", "")
+        if "upload_id=" in url and not content_range.endswith("/*") and not dropped:
+            dropped.append(content_range)
+            raise requests.exceptions.ConnectionError("connection reset after the server committed")
+        return response
+
+    monkeypatch.setattr(http, "request", lose_last_chunk_answer)
+    data = _payload(LARGE, seed=5)
+    store.create("jobs/a/result.pkl", data)
+    assert dropped == [f"bytes {8 * MiB}-{LARGE - 1}/{LARGE}"]
+    assert store.get("jobs/a/result.pkl") == data
+    with pytest.raises(AlreadyExists):
+        store.create("jobs/a/result.pkl", data)
+
+
+@pytest.mark.parametrize("backend", ["gcs"])
+def test_gcs_emulator_checks_generation_on_deletes(store: Store, enforcing: None) -> None:
+    from google.api_core.exceptions import PreconditionFailed
+
+    store.put("k", b"v")
+    blob = store.client.bucket(store.bucket_name).get_blob(store.prefix + "k")
+    with pytest.raises(PreconditionFailed):
+        blob.delete(if_generation_match=blob.generation + 1)
+    assert store.exists("k")
+    blob.delete(if_generation_match=blob.generation)
+    assert not store.exists("k")
 
 
 # -- listing and deleting ------------------------------------------------------------
@@ -274,20 +375,9 @@ def test_delete_prefix(store: Store) -> None:
 # -- large objects ---------------------------------------------------------------------
 
 
-def test_large_streamed_round_trip(store: Store, tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_large_streamed_round_trip(store: Store, tmp_path: Path, single_request_uploads: list[int]) -> None:
     data = _payload(20 * MiB + 12345)
     digest = hashlib.sha256(data).hexdigest()
-    if backend == "gcs":  # large writes must stream through resumable sessions, not one request
-        from google.cloud.storage import Blob
-
-        single_request_sizes: list[int] = []
-        real = Blob.upload_from_string
-
-        def spy(self: Blob, payload: bytes, *args: object, **kwargs: object) -> None:
-            single_request_sizes.append(len(payload))
-            return real(self, payload, *args, **kwargs)
-
-        monkeypatch.setattr(Blob, "upload_from_string", spy)
 
     def chunks() -> Iterator[bytes | memoryview]:
         view = memoryview(data)
@@ -307,8 +397,7 @@ def test_large_streamed_round_trip(store: Store, tmp_path: Path, backend: str, m
         store.get_file(key, out)
         assert hashlib.sha256(out.read_bytes()).hexdigest() == digest
     assert hashlib.sha256(store.get("big/chunks")).hexdigest() == digest
-    if backend == "gcs":
-        assert single_request_sizes == []
+    assert single_request_uploads == []  # large writes stream through resumable sessions, not one request
 
 
 # -- keys ----------------------------------------------------------------------------------
@@ -422,3 +511,73 @@ def test_put_addressed_stores_once_under_its_address(store: Store) -> None:
     assert store.put_addressed("blobs/", chunks, lambda: address) == address  # already there: kept as it is
     assert store.get("blobs/" + address) == data
     assert store.list("blobs/") == ["blobs/" + address]  # no staging leftovers
+
+
+# -- the Store's clock -------------------------------------------------------------
+
+
+def _real_time() -> float:
+    return time.clock_gettime(time.CLOCK_REALTIME)  # not time.time(), which a test may shift
+
+
+def test_updated_is_stamped_by_the_store_at_each_write(store: Store) -> None:
+    before = _real_time()
+    store.put("jobs/a/status/0001.json", b"1")
+    first = store.updated("jobs/a/status/0001.json")
+    assert before - 2 <= first <= _real_time() + 2
+    time.sleep(0.05)
+    store.put("jobs/a/status/0001.json", b"2")
+    assert store.updated("jobs/a/status/0001.json") > first
+    store.create("jobs/a/claims/0002", b"")
+    assert store.updated("jobs/a/claims/0002") >= store.updated("jobs/a/status/0001.json")
+    with pytest.raises(NotFound):
+        store.updated("jobs/a/missing")
+
+
+def test_now_and_age_follow_the_store_not_this_machines_clock(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    store.put("k", b"v")
+    written = store.updated("k")
+    real = time.time
+    for shift in (3600.0, -3600.0):  # the first reading of the Store's clock is taken an hour off
+        monkeypatch.setattr(time, "time", lambda shift=shift: real() + shift)
+        assert abs(store.now() - _real_time()) < 2
+        assert 0 <= store.age("k") < 5
+        assert store.age("k") == pytest.approx(store.now() - written, abs=0.5)
+    assert store.list("clock/") == []  # the probes are removed
+
+
+def test_now_is_carried_forward_between_readings(store: Store) -> None:
+    first = store.now()
+    time.sleep(0.2)
+    second = store.now()
+    assert 0.15 < second - first < 2
+    assert store.list("clock/") == []
+
+
+@pytest.mark.parametrize("backend", ["gcs"])
+def test_gcs_transient_faults_are_retried(
+    make_store: Callable[..., Store], gcs_emulator: object, gcs_bucket: str
+) -> None:
+    """A third of the requests fail with 503 (some after the write was applied): every call still succeeds."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    if getattr(gcs_emulator, "kind", "") != "fake-gcs-server":
+        pytest.skip("fault injection needs fake-gcs-server")
+    store = make_store(retry=DEFAULT_RETRY.with_delay(initial=0.01, maximum=0.05))
+    gcs_emulator.set_faults(gcs_bucket, 0.3)
+    before = gcs_emulator.faults_injected
+    try:
+        for i in range(20):
+            store.put(f"jobs/a/status/{i:04d}.json", b"%d" % i)
+            store.create(f"jobs/a/logs/{i:08d}", b"line %d" % i)
+            assert store.get(f"jobs/a/logs/{i:08d}") == b"line %d" % i
+            assert store.exists(f"jobs/a/status/{i:04d}.json")
+            store.updated(f"jobs/a/status/{i:04d}.json")
+        assert len(store.list("jobs/a/logs/")) == 20
+        with pytest.raises(AlreadyExists):
+            store.create("jobs/a/logs/00000000", b"another writer")
+        store.delete_prefix("jobs/a/")
+        assert store.list("jobs/a/") == []
+    finally:
+        gcs_emulator.set_faults(gcs_bucket, 0)
+    assert gcs_emulator.faults_injected - before > 10

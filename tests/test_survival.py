@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
+from support import machines_gone, wait_until
 
-from nbburst.client import supervisor
+from nbburst.client import background, supervisor
 from nbburst.client.burst import Burst, Job
 from nbburst.client.capture import capture
-from nbburst.machines.base import GONE, RUNNING, MachineInfo
+from nbburst.machines.base import GONE, RUNNING, MachineInfo, NoCapacity
+from nbburst.protocol import fence, processes
 from nbburst.protocol.job import State, Status
+from nbburst.protocol.outcome import commit_terminal
 
 LOOP = """
 import nbburst, time
@@ -43,17 +51,9 @@ def submit(burst: Burst, code: str, namespace: dict | None = None, **options) ->
     return burst.submit_cell(code, capture(code, namespace or {}, None, set()), burst.options(**options))
 
 
-def wait_for(cond, timeout: float = 30.0, what: str = "condition") -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def gone(job: Job, timeout: float = 10.0) -> None:
     """The job's machine has gone (an agent exits a moment after it commits the verdict)."""
-    wait_for(lambda: job.machines.list(job.id) == [], timeout=timeout, what=f"the machine of {job.id} to go")
+    machines_gone(job.machines, job.id, timeout)
 
 
 def printed(job: Job, attempt: int) -> list[str]:
@@ -72,9 +72,9 @@ def test_preempted_twice_resumes_from_checkpoints(burst_env):
     records: list[dict] = []
     waiter = threading.Thread(target=lambda: job.wait(on_record=records.append, timeout=90))
     waiter.start()
-    wait_for(lambda: running_step(job, 2), what="step 2 of attempt 1")
+    wait_until(lambda: running_step(job, 2), what="step 2 of attempt 1")
     job.preempt(3)
-    wait_for(lambda: job.attempt == 2 and running_step(job, 6), what="step 6 of attempt 2")
+    wait_until(lambda: job.attempt == 2 and running_step(job, 6), what="step 6 of attempt 2")
     job.preempt(3)
     waiter.join(100)
     assert job.state == State.SUCCEEDED, job.terminal()
@@ -122,9 +122,9 @@ for i in range(200 if resumed is None else 3):
 """
     burst = Burst()
     job = submit(burst, code)
-    wait_for(lambda: "ready" in printed(job, 1), what="the cell to start")
+    wait_until(lambda: "ready" in printed(job, 1), what="the cell to start")
     job.preempt(3)
-    wait_for(lambda: job.supervise() in (State.PROVISIONING, State.RUNNING) and job.attempt == 2, what="a relaunch")
+    wait_until(lambda: job.supervise() in (State.PROVISIONING, State.RUNNING) and job.attempt == 2, what="a relaunch")
     assert job.wait(timeout=60) == State.SUCCEEDED
     values = job.outcome().values
     assert values["resumed"] is not None and values["resumed"] >= 5
@@ -132,11 +132,11 @@ for i in range(200 if resumed is None else 3):
 
     # hard kill at once: the agent cannot write anything
     job2 = submit(burst, loop_code(6, 0.1))
-    wait_for(lambda: running_step(job2, 1), what="job2 running")
+    wait_until(lambda: running_step(job2, 1), what="job2 running")
     job2.preempt(0)
     statuses = job2.statuses()
     assert statuses[-1].state in (State.RUNNING, State.PREEMPTED)
-    wait_for(
+    wait_until(
         lambda: job2.state in (State.PREEMPTED, State.PROVISIONING, State.RUNNING) and job2.state != State.FAILED,
         what="PREEMPTED",
     )
@@ -151,8 +151,8 @@ def test_preempted_while_booting_and_max_restarts(burst_env):
     job = submit(burst, loop_code(3, 0.05), max_restarts=1)
     job.preempt(0)  # before the agent wrote anything: only the client's claim exists
     assert job.statuses()[-1].state == State.PROVISIONING
-    wait_for(lambda: job._derive_state()[0] == State.PREEMPTED, timeout=20, what="PREEMPTED at boot")
-    wait_for(lambda: job.supervise() != State.PREEMPTED and job.attempt == 2, what="relaunch")
+    wait_until(lambda: job.derive_state()[0] == State.PREEMPTED, timeout=20, what="PREEMPTED at boot")
+    wait_until(lambda: job.supervise() != State.PREEMPTED and job.attempt == 2, what="relaunch")
     job.preempt(0)
     assert job.wait(timeout=30) == State.FAILED
     reason = job.terminal().reason
@@ -195,7 +195,7 @@ best = search.best_params_
     def ends() -> int:
         return fits.read_text().count(" end") if fits.exists() else 0
 
-    wait_for(lambda: ends() >= 12, timeout=90, what="12 of 30 fits")
+    wait_until(lambda: ends() >= 12, timeout=90, what="12 of 30 fits")
     job.preempt(5)
     done_before = ends()
     assert job.wait(timeout=120) == State.SUCCEEDED, job.terminal()
@@ -230,11 +230,11 @@ def test_agent_watches_the_metadata_server(burst_env, monkeypatch):
         monkeypatch.setenv("NBBURST_PREEMPT_BUDGET", "2")
         burst = Burst()
         job = submit(burst, loop_code(8, 0.15))
-        wait_for(lambda: running_step(job, 2), what="step 2")
+        wait_until(lambda: running_step(job, 2), what="step 2")
         md.set("instance/maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
-        wait_for(lambda: "as a precaution" in job.logs(), what="precautionary sync")
+        wait_until(lambda: "as a precaution" in job.logs(), what="precautionary sync")
         md.set("instance/preempted", "TRUE")
-        wait_for(lambda: job.statuses()[0].state == State.PREEMPTED, what="the agent to stop itself")
+        wait_until(lambda: job.statuses()[0].state == State.PREEMPTED, what="the agent to stop itself")
         assert "metadata server" in job.statuses()[0].message
         md.update({"instance/preempted": "FALSE", "instance/maintenance-event": "NONE"})  # a new VM
         assert job.wait(timeout=60) == State.SUCCEEDED
@@ -257,6 +257,9 @@ class ScriptedMachines:
     def plan(self, resources):
         return self.real.plan(resources)
 
+    def check_environment(self, code, modules):
+        return self.real.check_environment(code, modules)
+
     def launch(self, spec, url, key, attempt):
         self.calls.append(("launch", attempt, spec.resources.zone, spec.resources.on_demand))
         self.states["m"] = RUNNING
@@ -266,7 +269,7 @@ class ScriptedMachines:
         self.calls.append(("restart", attempt, spec.resources.zone, spec.resources.on_demand))
         if self.failures:
             zone = self.failures.pop(0)
-            raise supervisor.NoCapacity(f"ZONE_RESOURCE_POOL_EXHAUSTED in {zone}", zone=zone)
+            raise NoCapacity(f"ZONE_RESOURCE_POOL_EXHAUSTED in {zone}", zone=zone)
         self.states["m"] = RUNNING
         return name
 
@@ -285,6 +288,7 @@ class ScriptedMachines:
 
 def test_no_capacity_backs_off_rotates_zones_then_falls_back_to_on_demand(burst_env, monkeypatch):
     monkeypatch.setattr(supervisor, "BACKOFF", (0.05,))
+    monkeypatch.setenv("NBBURST_BACKGROUND_SUPERVISOR", "false")  # the scripted machines are this process's only
     burst = Burst()
     fake = ScriptedMachines(burst.machines("local"), ["z-a", "z-b", "z-a"])
     burst._machines["local"] = fake
@@ -293,7 +297,9 @@ def test_no_capacity_backs_off_rotates_zones_then_falls_back_to_on_demand(burst_
     # the machine is lost without a verdict
     status = job.statuses()[-1]
     status.state, status.heartbeat = State.RUNNING, time.time() - 60
-    job.store.put(job.layout.status(1), status.to_json())
+    job.folder.put_status(status)
+    written = burst_env["root"] / job.layout.status(1)
+    os.utime(written, (time.time() - 60, time.time() - 60))  # last written a minute ago, by the Store's clock
     fake.states["m"] = GONE
     states = []
     for _ in range(200):
@@ -311,7 +317,7 @@ def test_no_capacity_backs_off_rotates_zones_then_falls_back_to_on_demand(burst_
     assert job.attempt == 2 and job.statuses()[-1].launched > 0
     events = json.loads(job.store.get(job.layout.relaunch))["events"]
     assert [e["event"] for e in events] == ["no-capacity"] * 3 + ["relaunched"]
-    job._commit(State.CANCELLED, "test over", by="test")
+    job.commit(State.CANCELLED, "test over", by="test")
     job.supervise()
     assert job.store.list(job.layout.lease_prefix) == []
 
@@ -340,13 +346,14 @@ def test_lease_one_supervisor_per_job(burst_env, monkeypatch):
 
 
 def test_attempts_table_and_fallback_option_parse():
+    from nbburst.machines.gce.machines import no_capacity
     from nbburst.options import Options
 
     opts = Options.build(fallback_on_demand=True)
     assert opts.resources.fallback_on_demand is True
     assert Status.from_json(Status(attempt=1, state=State.RUNNING).to_json()).launched == 0.0
-    assert supervisor.is_no_capacity(RuntimeError("412 ZONE_RESOURCE_POOL_EXHAUSTED"))
-    assert not supervisor.is_no_capacity(RuntimeError("permission denied"))
+    assert isinstance(no_capacity("starting VM m", "z-a", [], "412 ZONE_RESOURCE_POOL_EXHAUSTED"), NoCapacity)
+    assert not no_capacity("starting VM m", "z-a", [], "permission denied")
 
 
 @pytest.fixture(autouse=True)
@@ -384,3 +391,233 @@ def test_survival_notebook(burst_env):
         history.append((epoch, round(float(model.score(X_test, y_test)), 4)))
     assert f"history: {history}" in text
     assert not (root / "notebooks" / ".nbburst-checkpoints").exists()
+
+
+# -- nobody watching: the background supervisor, lost agents, frozen attempts, skewed clocks ---------------------
+
+SIDE_LOOP = """
+import nbburst, os, subprocess, time
+attempt = os.environ["NBBURST_ATTEMPT"].rpartition(":")[2]
+subprocess.Popen(["sleep", "600"], start_new_session=True)  # a process that leaves the cell's group
+acc = nbburst.checkpoint.load("acc", default=1)
+with open(SIDE, "a") as side:
+    for i in nbburst.checkpoint.range(STEPS):
+        acc = (acc * 31 + i) % 1_000_003
+        nbburst.checkpoint.save("acc", acc)
+        side.write(f"{attempt} step {i}\\n")
+        side.flush()
+        print("step", i, flush=True)
+        time.sleep(PAUSE)
+result = acc
+"""
+
+
+def side_loop(side: Path, steps: int, pause: float) -> str:
+    return SIDE_LOOP.replace("SIDE", repr(str(side))).replace("STEPS", str(steps)).replace("PAUSE", str(pause))
+
+
+def attempts_never_overlap(side: Path) -> bool:
+    """No attempt wrote a line after a later attempt had begun: attempts ran one at a time."""
+    newest = 0
+    for line in side.read_text().splitlines():
+        attempt = int(line.split()[0])
+        if attempt < newest:
+            return False
+        newest = attempt
+    return True
+
+
+def agent_of(job: Job, attempt: int) -> psutil.Process | None:
+    """The agent (controller) of an attempt: the process marked with it whose parent is not."""
+    marked = set(processes.marked(job.id, lambda n: n == attempt))
+    for pid in marked:
+        try:
+            proc = psutil.Process(pid)
+            if "nbburst.agent" in " ".join(proc.cmdline()) and proc.ppid() not in marked:
+                return proc
+        except psutil.Error:
+            continue
+    return None
+
+
+SUBMITTER = """
+import os, sys
+from nbburst.client.burst import Burst
+from nbburst.client.capture import capture
+code = sys.argv[1]
+burst = Burst()
+job = burst.submit_cell(code, capture(code, {}, None, set()), burst.options(max_restarts=5))
+print(job.id, os.getpid(), flush=True)
+"""
+
+
+def test_a_job_nobody_waits_for_is_relaunched_until_it_succeeds(burst_env, tmp_path):
+    """Recovery does not need the notebook: the process that submitted the job exits at once, nobody waits for
+    it, it is preempted three times, and the background supervisor of its Store relaunches it each time."""
+    side = tmp_path / "side.txt"
+    code = side_loop(side, 24, 0.25)
+    done = subprocess.run([sys.executable, "-c", SUBMITTER, code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    job_id, submitter = done.stdout.split()
+    job = Burst().job(job_id)  # this process only looks and preempts: it never supervises
+    for attempt in (1, 2, 3):
+        wait_until(lambda a=attempt: job.attempt == a and len(printed(job, a)) >= 2, 60, what=f"attempt {attempt}")
+        preempt = [sys.executable, "-m", "nbburst", "preempt", job_id, "--grace", "2"]
+        assert subprocess.run(preempt, capture_output=True, timeout=60).returncode == 0
+    wait_until(lambda: job.terminal() is not None, 120, what="the job to end")
+    check = (
+        "import sys; from nbburst.client.burst import Burst; j = Burst().job(sys.argv[1]); print(j.state, j.attempt)"
+    )
+    seen = subprocess.run([sys.executable, "-c", check, job_id], capture_output=True, text=True, timeout=60)
+    assert seen.stdout.split() == ["SUCCEEDED", "4"], seen.stderr
+    assert job.outcome().values["result"] == expected_loop(24)
+    daemon = background.running(background.lock_path(job.burst.settings, job.store.url))
+    relaunches = [e for e in json.loads(job.folder.get_record(job.layout.relaunch))["events"] if e["attempt"] > 1]
+    assert [e["attempt"] for e in relaunches] == [2, 3, 4]
+    assert {e["by"].split(":")[1] for e in relaunches} == {str(daemon)}  # neither this process nor the submitter
+    assert str(daemon) not in (submitter, str(os.getpid()))
+    assert attempts_never_overlap(side)
+    gone(job)
+
+
+def test_a_killed_agent_is_a_preemption_and_leaves_no_process_behind(burst_env, tmp_path):
+    """kill -9 of the agent: its cell dies with it, what left the cell's group is swept, the attempt reads
+    PREEMPTED (never FAILED: no broken pipe is signed as the cell's error) and the next one finishes the job."""
+    side = tmp_path / "side.txt"
+    burst = Burst()
+    job = submit(burst, side_loop(side, 12, 0.2))
+    wait_until(lambda: running_step(job, 2), what="step 2 of attempt 1")
+    agent = agent_of(job, 1)
+    runner = next(p for p in agent.children() if "nbburst.agent" in " ".join(p.cmdline()))
+    escaped = [p for p in map(psutil.Process, processes.marked(job.id)) if p.name() == "sleep"]
+    assert escaped and runner.pid != agent.pid
+    agent.kill()
+    psutil.wait_procs([runner], timeout=10)  # the cell follows its agent at once
+    assert not runner.is_running() or runner.status() == psutil.STATUS_ZOMBIE
+    assert job.wait(timeout=90) == State.SUCCEEDED, job.terminal()
+    assert [r["state"] for r in job.attempts()] == ["PREEMPTED", "SUCCEEDED"]
+    assert job.outcome().values["result"] == expected_loop(12)
+    assert not job.store.exists(job.layout.error)
+    gone(job)
+    assert processes.marked(job.id) == []  # the escaped processes of both attempts are gone too
+    assert attempts_never_overlap(side)
+
+
+def test_a_frozen_attempt_stands_aside_when_the_next_one_has_been_claimed(burst_env, tmp_path, monkeypatch):
+    """Attempt 1 freezes; a supervisor that took its machine for lost claims attempt 2. When attempt 1 wakes up
+    it sees the later claim, ends its cell at once (frozen, it never runs again) and commits nothing: only
+    attempt 2's verdict counts."""
+    monkeypatch.setenv("NBBURST_BACKGROUND_SUPERVISOR", "false")
+    side = tmp_path / "side.txt"
+    burst = Burst()
+    job = submit(burst, side_loop(side, 16, 0.2))
+    wait_until(lambda: running_step(job, 2), what="step 2 of attempt 1")
+    agent = agent_of(job, 1)
+    runner = next(p for p in agent.children() if "nbburst.agent" in " ".join(p.cmdline()))
+    for proc in (agent, runner):
+        proc.suspend()
+    claim = Status(attempt=2, state=State.PROVISIONING, machine=job.machine_of(), message="relaunching")
+    job.folder.put_status(claim, create=True)
+    fence.claim(job.store, job.layout, 2)
+    agent.resume()  # its cell stays frozen: attempt 1 must end it without letting it run again
+    psutil.wait_procs([agent], timeout=20)
+    assert not agent.is_running() or agent.status() == psutil.STATUS_ZOMBIE
+    assert not runner.is_running() or runner.status() == psutil.STATUS_ZOMBIE
+    assert "attempt 2 has taken over; attempt 1 stops" in job.logs(1)
+    for committed in (job.layout.terminal, job.layout.result, job.layout.error):
+        assert not job.store.exists(committed)
+    assert job.folder.status(1).state == State.RUNNING  # and it did not even say how it ended: not its to say
+    job.start_machine(claim, job.spec)
+    assert job.wait(timeout=90) == State.SUCCEEDED
+    assert job.terminal().attempt == 2
+    assert job.outcome().values["result"] == expected_loop(16)
+    assert attempts_never_overlap(side)
+    gone(job)
+
+
+def test_a_verdict_written_after_the_next_claim_gives_way(burst_env):
+    """The race the fence check cannot close: an attempt checks, a later one is claimed, then the first writes
+    its verdict. By the Store's clock it came after the claim, so readers ignore it and the next verdict wins."""
+    job = submit(Burst(), "x = 1")
+    assert job.wait(timeout=60) == State.SUCCEEDED
+    gone(job)
+    time.sleep(0.05)
+    claim = Status(attempt=2, state=State.PROVISIONING, machine=job.machine_of())
+    job.folder.put_status(claim, create=True)
+    fence.claim(job.store, job.layout, 2)
+    assert job.terminal().state == State.SUCCEEDED  # written before the claim: it stands
+    job.store.delete(job.layout.terminal)
+    time.sleep(0.05)
+    late = commit_terminal(job.folder, job.spec, State.FAILED, "a late verdict of attempt 1", 1, "agent", [])
+    assert late == State.FAILED and job.folder.terminal().attempt == 1  # written, after the claim of attempt 2
+    assert job.terminal() is None and job.state == State.PROVISIONING
+    assert commit_terminal(job.folder, job.spec, State.SUCCEEDED, "", 2, "agent", job.statuses()) == State.SUCCEEDED
+    assert job.terminal().attempt == 2 and job.state == State.SUCCEEDED
+
+
+SKEWED_SUPERVISOR = """
+import signal, sys, threading, time
+real = time.time
+time.time = lambda: real() + float(sys.argv[1])  # this supervisor's clock is off
+from nbburst.client import supervisor
+from nbburst.client.burst import Burst
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+supervisor.run_forever(Burst(), 0.2, stop)
+"""
+
+
+@pytest.mark.parametrize("shift", [3600.0, -3600.0], ids=["ahead", "behind"])
+def test_a_supervisor_whose_clock_is_an_hour_off(burst_env, tmp_path, shift):
+    """Leases, staleness and the time limit go by the Store's clock: a supervisor an hour ahead neither times the
+    job out (its limit is 30 minutes) nor takes a healthy attempt for lost; one an hour behind does not keep a
+    lease for an hour. Two preemptions: exactly two relaunches, never two attempts at once."""
+    side = tmp_path / "side.txt"
+    skewed = subprocess.Popen(
+        [sys.executable, "-c", SKEWED_SUPERVISOR, str(shift)], stdin=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        burst = Burst()
+        job = submit(burst, side_loop(side, 20, 0.2), timeout="30m")
+        for attempt in (1, 2):
+            wait_until(lambda a=attempt: job.attempt == a and len(printed(job, a)) >= 3, 60, what=f"attempt {attempt}")
+            job.preempt(2)
+        wait_until(lambda: job.terminal() is not None, 120, what="the job to end")  # this process never supervises
+    finally:
+        skewed.send_signal(signal.SIGTERM)
+        skewed.wait(20)
+    assert job.state == State.SUCCEEDED, job.terminal()
+    assert [r["attempt"] for r in job.attempts()] == [1, 2, 3]
+    events = json.loads(job.folder.get_record(job.layout.relaunch))["events"]
+    assert [e["attempt"] for e in events if e["event"] == "relaunched"] == [2, 3]
+    assert attempts_never_overlap(side)
+    gone(job)
+
+
+def test_one_background_supervisor_per_store_and_it_goes_away(burst_env, tmp_path):
+    """One at a time per Store; a stop finds it even while it starts; it leaves once idle, or once its state
+    folder is gone."""
+    settings = Burst().settings
+    url = Burst().store.url
+    lock = background.lock_path(settings, url)
+    starting = background.ensure(settings, url)
+    assert background.stop(lock) == starting  # still starting: named in the lock file, not holding it yet
+    assert not psutil.pid_exists(starting) or psutil.Process(starting).status() == psutil.STATUS_ZOMBIE
+
+    first = background.ensure(settings, url)
+    wait_until(lambda: background.running(lock) == first, 30, what="the supervisor to start")
+    assert background.ensure(settings, url) is None  # one runs already
+    background.stop(lock)
+
+    env = background.environment(settings, url)
+    quick = subprocess.Popen([sys.executable, "-m", "nbburst.client.daemon", "--idle", "0.5"], env=env)
+    assert quick.wait(60) == 0  # no job to watch: it leaves after its idle time
+    lasting = subprocess.Popen([sys.executable, "-m", "nbburst.client.daemon", "--idle", "600"], env=env)
+    try:
+        wait_until(lambda: background.running(lock) == lasting.pid, 30, what="the supervisor to start")
+        lock.unlink()  # its state folder is gone (a temporary one, removed)
+        assert lasting.wait(30) == 0
+    finally:
+        if lasting.poll() is None:
+            lasting.kill()
+            lasting.wait()

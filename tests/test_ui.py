@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 import nbformat
+import nbrun
 import pytest
-from nbclient import NotebookClient
 
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
@@ -19,8 +19,7 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 def run_notebook(cells: list[str], timeout: int = 120) -> nbformat.NotebookNode:
     """Run ``cells`` in a fresh kernel (it inherits os.environ: NBBURST_ROOT/STATE_DIR of the test)."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    NotebookClient(nb, kernel_name="python3", timeout=timeout, allow_errors=True).execute()
-    return nb
+    return nbrun.run(nb, timeout)
 
 
 def views(nb: nbformat.NotebookNode) -> list[dict[str, dict]]:
@@ -36,15 +35,15 @@ def views(nb: nbformat.NotebookNode) -> list[dict[str, dict]]:
         while todo:
             child = by_id.get(todo.pop().removeprefix("IPY_MODEL_"), {})
             for cls in child.get("_dom_classes", ()):
-                if cls.startswith("nbburst-"):
-                    parts[cls.removeprefix("nbburst-")] = child
+                if cls.startswith("nbburst-view-"):
+                    parts[cls.removeprefix("nbburst-view-")] = child
             todo.extend(child.get("children", ()))
         found.append(parts)
     return found
 
 
 def stream(cell: dict, name: str = "stdout") -> str:
-    return "".join(o["text"] for o in cell.outputs if o["output_type"] == "stream" and o["name"] == name)
+    return nbrun.stream(cell.outputs, name)
 
 
 def errors(nb: nbformat.NotebookNode) -> list[str]:

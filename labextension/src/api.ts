@@ -54,9 +54,7 @@ export class BurstApi {
       query.push(`attempt=${encodeURIComponent(String(options.attempt))}`);
     }
     query.push(`offset=${encodeURIComponent(String(options.offset ?? 0))}`);
-    return this.request<ILogChunk>(
-      `jobs/${encodeURIComponent(id)}/logs?${query.join('&')}`
-    );
+    return this.request<ILogChunk>(`jobs/${encodeURIComponent(id)}/logs?${query.join('&')}`);
   }
 
   /** Cancel a job. */
@@ -78,15 +76,9 @@ export class BurstApi {
     const url = URLExt.join(this.serverSettings.baseUrl, API_ROOT, path);
     let response: Response;
     try {
-      response = await ServerConnection.makeRequest(
-        url,
-        init,
-        this.serverSettings
-      );
+      response = await ServerConnection.makeRequest(url, init, this.serverSettings);
     } catch (error) {
-      throw new BurstApiError(
-        `Cannot reach the Jupyter server: ${errorMessage(error)}`
-      );
+      throw new BurstApiError(`Cannot reach the Jupyter server: ${errorMessage(error)}`);
     }
     const text = await response.text();
     let data: any = null;
@@ -127,12 +119,8 @@ export function errorMessage(error: unknown): string {
 
 function describeFailure(response: Response, data: any): string {
   const serverMessage =
-    data && typeof data.message === 'string' && data.message
-      ? data.message
-      : '';
-  const status = `${response.status}${
-    response.statusText ? ' ' + response.statusText : ''
-  }`;
+    data && typeof data.message === 'string' && data.message ? data.message : '';
+  const status = `${response.status}${response.statusText ? ' ' + response.statusText : ''}`;
   if (response.status === 404 && !serverMessage) {
     return (
       `The nbburst server extension is not available (${status}). ` +

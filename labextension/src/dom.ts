@@ -23,9 +23,7 @@ export function h<K extends keyof HTMLElementTagNameMap>(
     if (child === null || child === undefined) {
       continue;
     }
-    el.appendChild(
-      typeof child === 'string' ? document.createTextNode(child) : child
-    );
+    el.appendChild(typeof child === 'string' ? document.createTextNode(child) : child);
   }
   return el;
 }
@@ -38,11 +36,7 @@ export function setText(el: HTMLElement, text: string): void {
 }
 
 /** Set or remove an attribute only when it changed. */
-export function setAttr(
-  el: HTMLElement,
-  name: string,
-  value: string | null
-): void {
+export function setAttr(el: HTMLElement, name: string, value: string | null): void {
   if (value === null) {
     if (el.hasAttribute(name)) {
       el.removeAttribute(name);

@@ -7,20 +7,10 @@
 
 /** The states a job goes through (see DESIGN.md, "Job states"). */
 export type JobState =
-  | 'SUBMITTED'
-  | 'PROVISIONING'
-  | 'RUNNING'
-  | 'PREEMPTED'
-  | 'SUCCEEDED'
-  | 'FAILED'
-  | 'CANCELLED';
+  'SUBMITTED' | 'PROVISIONING' | 'RUNNING' | 'PREEMPTED' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED';
 
 /** States that never change again. */
-export const TERMINAL_STATES: ReadonlyArray<string> = [
-  'SUCCEEDED',
-  'FAILED',
-  'CANCELLED'
-];
+export const TERMINAL_STATES: ReadonlyArray<string> = ['SUCCEEDED', 'FAILED', 'CANCELLED'];
 
 /** The machine a job runs on, as reported by the REST API. */
 export interface IMachineInfo {
@@ -157,9 +147,7 @@ export function formatRate(usdPerHour: number | null | undefined): string {
  * `g2-standard-8 · nvidia-l4 · on-demand`, or the backend when the machine is
  * not known yet (`local`, `gce`).
  */
-export function machineSummary(
-  job: Pick<IJobInfo, 'machine' | 'backend'>
-): string {
+export function machineSummary(job: Pick<IJobInfo, 'machine' | 'backend'>): string {
   const m = job.machine;
   if (!m) {
     return job.backend || '';
@@ -176,9 +164,7 @@ export function machineSummary(
 }
 
 /** A longer machine description for the detail view. */
-export function machineDetail(
-  job: Pick<IJobInfo, 'machine' | 'backend'>
-): string {
+export function machineDetail(job: Pick<IJobInfo, 'machine' | 'backend'>): string {
   const m = job.machine;
   if (!m) {
     return job.backend ? `${job.backend} (not provisioned yet)` : '–';
@@ -213,9 +199,7 @@ export function progressSummary(p: IProgressInfo | null | undefined): string {
 }
 
 /** Progress as a fraction in [0, 1], or null when the total is unknown. */
-export function progressFraction(
-  p: IProgressInfo | null | undefined
-): number | null {
+export function progressFraction(p: IProgressInfo | null | undefined): number | null {
   if (!p || !p.total || p.total <= 0) {
     return null;
   }
@@ -237,10 +221,7 @@ export function statusText(jobs: IJobInfo[]): string {
  * A short local time for an epoch in seconds: the time alone for today,
  * the date and time otherwise.
  */
-export function formatTime(
-  epoch: number | null | undefined,
-  now: Date = new Date()
-): string {
+export function formatTime(epoch: number | null | undefined, now: Date = new Date()): string {
   if (!epoch) {
     return '–';
   }

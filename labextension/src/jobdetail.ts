@@ -65,11 +65,7 @@ export class JobDetailView extends Widget {
     this._badge = h('span', { className: 'nbburst-state-badge' });
     this._fields = h('dl', { className: 'nbburst-detail-fields' });
     this._progressFill = h('div', { className: 'nbburst-progress-fill' });
-    this._progress = h(
-      'div',
-      { className: 'nbburst-progress', hidden: true },
-      this._progressFill
-    );
+    this._progress = h('div', { className: 'nbburst-progress', hidden: true }, this._progressFill);
     this._message = h('div', { className: 'nbburst-detail-message', hidden: true });
     this._error = h('div', {
       className: 'nbburst-error',
@@ -132,10 +128,7 @@ export class JobDetailView extends Widget {
       }
     });
     this.node.addEventListener('keydown', event => {
-      if (
-        event.key === 'Escape' &&
-        !(event.target instanceof HTMLSelectElement)
-      ) {
+      if (event.key === 'Escape' && !(event.target instanceof HTMLSelectElement)) {
         this._closed.emit();
       }
     });
@@ -144,8 +137,7 @@ export class JobDetailView extends Widget {
       name: 'nbburst:job',
       factory: () => this._tick(),
       frequency: { interval: LIST_INTERVAL, backoff: true, max: MAX_INTERVAL },
-      standby: () =>
-        !this._jobId || !this._visible || this._finished ? true : 'when-hidden'
+      standby: () => (!this._jobId || !this._visible || this._finished ? true : 'when-hidden')
     });
   }
 
@@ -296,9 +288,7 @@ export class JobDetailView extends Widget {
       }
       this._appendLog(text, chunk.offset !== this._logOffset);
       const next =
-        typeof chunk.next_offset === 'number'
-          ? chunk.next_offset
-          : this._logOffset + text.length;
+        typeof chunk.next_offset === 'number' ? chunk.next_offset : this._logOffset + text.length;
       const advanced = next > this._logOffset;
       this._logOffset = next;
       this._logComplete = !!chunk.complete;
@@ -343,9 +333,7 @@ export class JobDetailView extends Widget {
     this._logRaw += text;
     if (this._logRaw.length > LOG_LIMIT) {
       const cut = this._logRaw.indexOf('\n', this._logRaw.length - LOG_LIMIT);
-      this._logRaw = this._logRaw.slice(
-        cut === -1 ? this._logRaw.length - LOG_LIMIT : cut + 1
-      );
+      this._logRaw = this._logRaw.slice(cut === -1 ? this._logRaw.length - LOG_LIMIT : cut + 1);
       this._logTrimmed = true;
       replace = true;
     }
@@ -422,10 +410,7 @@ export class JobDetailView extends Widget {
           ? formatCost(job.cost_usd)
           : `${formatCost(job.cost_usd)} (${formatRate(job.cost_per_hour_usd)})`
       ],
-      [
-        'Attempts',
-        attempt > 1 ? `${attempt} (relaunched ${attempt - 1}×)` : String(attempt)
-      ],
+      ['Attempts', attempt > 1 ? `${attempt} (relaunched ${attempt - 1}×)` : String(attempt)],
       [
         'Started',
         formatTime(job.started ?? job.created),
@@ -474,9 +459,7 @@ export class JobDetailView extends Widget {
   private _renderAttempts(): void {
     const attempts = this._attempts;
     setHidden(this._attemptLabel, attempts.length <= 1);
-    const info = new Map(
-      (this._job?.attempts ?? []).map(a => [a.attempt, a] as const)
-    );
+    const info = new Map((this._job?.attempts ?? []).map(a => [a.attempt, a] as const));
     const latest = attempts.length ? attempts[attempts.length - 1] : 1;
     const labels = attempts.map(a => {
       const i = info.get(a);
@@ -488,9 +471,7 @@ export class JobDetailView extends Widget {
       this._attemptsKey = key;
       this._attemptSelect.textContent = '';
       attempts.forEach((a, i) => {
-        this._attemptSelect.appendChild(
-          h('option', { value: String(a) }, labels[i])
-        );
+        this._attemptSelect.appendChild(h('option', { value: String(a) }, labels[i]));
       });
     }
     const selected = String(this._logAttempt ?? latest);

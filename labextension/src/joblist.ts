@@ -144,11 +144,7 @@ export class JobListView extends Widget {
   private _render(): void {
     const model = this.model;
     const filter: JobFilter = model.filter;
-    setAttr(
-      this._runningButton,
-      'aria-pressed',
-      filter === 'running' ? 'true' : 'false'
-    );
+    setAttr(this._runningButton, 'aria-pressed', filter === 'running' ? 'true' : 'false');
     setAttr(this._allButton, 'aria-pressed', filter === 'all' ? 'true' : 'false');
     this._runningButton.classList.toggle('nbburst-mod-active', filter === 'running');
     this._allButton.classList.toggle('nbburst-mod-active', filter === 'all');
@@ -180,9 +176,7 @@ export class JobListView extends Widget {
         this._rows.set(job.id, row);
       }
       updateRow(row, job);
-      const expected: ChildNode | null = previous
-        ? previous.nextSibling
-        : this._list.firstChild;
+      const expected: ChildNode | null = previous ? previous.nextSibling : this._list.firstChild;
       if (expected !== row.node) {
         this._list.insertBefore(row.node, expected);
       }
@@ -197,9 +191,7 @@ export class JobListView extends Widget {
   }
 
   private _onListClick = (event: MouseEvent): void => {
-    const row = (event.target as HTMLElement).closest<HTMLElement>(
-      '.nbburst-job'
-    );
+    const row = (event.target as HTMLElement).closest<HTMLElement>('.nbburst-job');
     const id = row?.dataset.jobId;
     if (id) {
       this._jobSelected.emit(id);
@@ -210,9 +202,7 @@ export class JobListView extends Widget {
     if (event.key !== 'Enter' && event.key !== ' ') {
       return;
     }
-    const row = (event.target as HTMLElement).closest<HTMLElement>(
-      '.nbburst-job'
-    );
+    const row = (event.target as HTMLElement).closest<HTMLElement>('.nbburst-job');
     const id = row?.dataset.jobId;
     if (id) {
       event.preventDefault();
@@ -303,9 +293,7 @@ function updateRow(row: IRow, job: IJobInfo): void {
   setAttr(
     row.node,
     'aria-label',
-    `${name}, ${state}, ${machine}, ${formatElapsed(job.elapsed_s)}, ${formatCost(
-      job.cost_usd
-    )}`
+    `${name}, ${state}, ${machine}, ${formatElapsed(job.elapsed_s)}, ${formatCost(job.cost_usd)}`
   );
   row.node.classList.toggle('nbburst-mod-terminal', isTerminal(job.state));
 

@@ -129,11 +129,7 @@ export class JobsModel {
 
   private async _tick(): Promise<void> {
     const now = Date.now();
-    if (
-      !this._listVisible &&
-      this._lastFetch &&
-      now - this._lastFetch < BACKGROUND_INTERVAL
-    ) {
+    if (!this._listVisible && this._lastFetch && now - this._lastFetch < BACKGROUND_INTERVAL) {
       return;
     }
     const filter: JobFilter = this._listVisible ? this._filter : 'running';

@@ -60,10 +60,7 @@ test('machineSummary', () => {
     f.machineSummary(job({ backend: 'local', machine: { ...job().machine, type: 'local-4' } })),
     'local-4'
   );
-  assert.equal(
-    f.machineDetail(job()),
-    'n2-standard-64 · spot · 64 cores, 256 GB · europe-west4-a'
-  );
+  assert.equal(f.machineDetail(job()), 'n2-standard-64 · spot · 64 cores, 256 GB · europe-west4-a');
 });
 
 test('states', () => {

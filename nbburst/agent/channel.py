@@ -1,4 +1,10 @@
-"""The runner's side of the event pipe: display outputs and progress, in order with prints."""
+"""The runner's side of the event pipe: what the cell prints and displays, in order, and progress.
+
+As in a Jupyter kernel, what Python prints (``sys.stdout``, ``sys.stderr``) travels as stream events
+on the same pipe as the displays, so a print and a plot arrive in the order the cell made them.
+What C code and subprocesses write to the file descriptors goes down the fd pipes, flushed before
+every display.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,6 @@ import threading
 from typing import Any
 
 _libc = None
-current: Channel | None = None  # the runner's channel, for code that cannot be handed it (matplotlib)
 
 
 def flush_c_streams() -> None:
@@ -42,13 +47,34 @@ class Channel:
         self.lock = threading.Lock()
 
     def send(self, event: dict[str, Any]) -> None:
+        """Send ``event`` after everything printed before it."""
         flush_all()
-        line = json.dumps(event, default=str, separators=(",", ":")).encode() + b"\n"
-        with self.lock:
-            os.write(self.fd, line)
+        self.write(event)
 
-    def display(self, data: dict[str, Any], metadata: dict[str, Any] | None = None) -> None:
-        self.send({"s": "display", "data": _jsonable(data), "metadata": metadata or {}})
+    def write(self, event: dict[str, Any]) -> None:
+        data = json.dumps(event, default=str, separators=(",", ":")).encode() + b"\n"
+        with self.lock:
+            while data:
+                data = data[os.write(self.fd, data) :]
+
+    def display(
+        self,
+        data: dict[str, Any],
+        metadata: dict[str, Any] | None = None,
+        transient: dict[str, Any] | None = None,
+        update: bool = False,
+    ) -> None:
+        """display_data (or update_display_data of the output with ``transient["display_id"]``)."""
+        event = {"s": "display", "data": _jsonable(data), "metadata": metadata or {}}
+        if transient:
+            event["transient"] = transient
+        if update:
+            event["update"] = True
+        self.send(event)
+
+    def result(self, data: dict[str, Any], metadata: dict[str, Any] | None = None) -> None:
+        """The cell's execute_result (``Out``), formatted where the cell computed it."""
+        self.send({"s": "result", "data": _jsonable(data), "metadata": metadata or {}})
 
     def progress(self, done: float, total: float | None = None, desc: str = "") -> None:
         self.send({"s": "progress", "done": done, "total": total, "desc": desc})
@@ -63,17 +89,53 @@ def _jsonable(bundle: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def format_object(obj: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A mime bundle for ``obj``, as IPython would make it."""
-    try:
-        from IPython.core.formatters import DisplayFormatter
+class ChannelStream(io.TextIOBase):
+    """``sys.stdout`` or ``sys.stderr`` of the cell, as ipykernel's OutStream: text goes as stream events,
+    a line at a time; ``fileno()`` is the real descriptor (subprocesses, faulthandler). A forked child
+    writes to the descriptor: the channel belongs to the runner."""
 
-        return DisplayFormatter().format(obj)
-    except ImportError:
-        return {"text/plain": repr(obj)}, {}
+    MAX_EVENT = 1 << 16
 
+    def __init__(self, channel: Channel, name: str, fd: int):
+        super().__init__()
+        self.channel, self.stream, self.fd = channel, name, fd
+        self.owner = os.getpid()
+        self.pending: list[str] = []
+        self.lock = threading.Lock()
 
-def figure_png(fig: Any) -> dict[str, Any]:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
-    return {"image/png": base64.b64encode(buf.getvalue()).decode(), "text/plain": repr(fig)}
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return f"<{self.stream}>"
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if os.getpid() != self.owner:
+            os.write(self.fd, text.encode("utf-8", "replace"))
+            return len(text)
+        with self.lock:
+            self.pending.append(text)
+        if "\n" in text:
+            self.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        if os.getpid() != self.owner:
+            return
+        with self.lock:
+            text, self.pending = "".join(self.pending), []
+        for start in range(0, len(text), self.MAX_EVENT):
+            self.channel.write({"s": self.stream, "x": text[start : start + self.MAX_EVENT]})

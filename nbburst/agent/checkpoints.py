@@ -2,10 +2,11 @@
 
 Local folder (``<workdir>/.nbburst``, see :func:`local_root`) and Store keys::
 
-    state/manifest.json        checkpoints/manifest.json        nbburst.checkpoint save/load/range
-    state/<name>/<seq>.pkl     checkpoints/state/<name>/<seq>.pkl   (signed pickles)
-    folder/<path>              checkpoints/files/<path>         nbburst.checkpoint.folder() (signed)
-    tasks/<key>.pkl            checkpoints/tasks/<attempt>-<n>.pkl  joblib task results, batched (signed)
+    state/manifest.json        checkpoints/manifest/<n>.json         the commits, and each file's version
+    state/<name>/<seq>.pkl     checkpoints/state/<name>/<seq>.pkl    nbburst.checkpoint save/load/range
+    folder/<path>              checkpoints/files/<path>             nbburst.checkpoint.folder()
+    tasks/<key>.pkl            checkpoints/tasks/<attempt>-<n>.pkl   joblib task results, batched
+    mirror.json                -                                    what the Store holds: manifest number, versions
 
 The agent calls :func:`restore` before it starts the runner: the local folder
 is rebuilt from the Store (the Store is the truth: a restarted machine's disk
@@ -13,10 +14,21 @@ may hold work that never reached it). In the runner a :class:`Syncer` thread
 uploads what changed every ``SYNC_SECONDS``; ``flush()`` uploads everything
 now (``nbburst.checkpoint.sync()`` and the preemption notice call it).
 
-Upload order keeps the Store consistent at every instant: object files go up
-before the manifest that names them, and a file is deleted from the Store only
-after a manifest that no longer names it is up. Every object is signed with the
-job's key; :func:`restore` verifies each one before it writes it locally.
+Every Store object is sealed to its place under the job's key
+(:mod:`nbburst.protocol.sealed`), and versions never overwrite each other: a
+state object is named by its commit number, and each upload writes a new
+manifest ``manifest/<n>.json`` (create-only), so the newest manifest that opens
+is the newest state. A framework's file keeps its path; its seal carries the
+number of the manifest it went up with, which that manifest lists, so an older
+copy put back in its place is refused. A checkpoint copied over another (another
+name, another version) does not open either: :func:`restore` then resumes from
+the newest commit whose objects all open, and says what it refused. An object
+that does not open at all (altered, or sealed with another job's key) stops the
+restore: nothing of such a folder is trusted.
+
+Upload order keeps the Store consistent at every instant: objects and files
+go up before the manifest that names them, and an object or a file is deleted
+from the Store only after a manifest that no longer names it is up.
 """
 
 from __future__ import annotations
@@ -32,12 +44,15 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoint import quote, write_atomic
-from ..protocol import signing
+from ..protocol.folder import JobFolder
 from ..protocol.job import JobLayout
+from ..protocol.sealed import Misplaced
 from ..store import AlreadyExists, NotFound, Store
 
 SYNC_SECONDS = 1.0
 TASK_BATCH_MAX = 512  # task results per uploaded batch
+KEEP_MANIFESTS = 3  # manifests kept in the Store: a refused newest one falls back to an older one
+MIRROR = "mirror.json"
 
 
 def local_root(workdir: str | os.PathLike[str]) -> Path:
@@ -47,10 +62,17 @@ def local_root(workdir: str | os.PathLike[str]) -> Path:
 class Keys:
     def __init__(self, layout: JobLayout):
         self.prefix = layout.checkpoints  # jobs/<id>/checkpoints/
-        self.manifest = self.prefix + "manifest.json"
+        self.manifests = self.prefix + "manifest/"
         self.state = self.prefix + "state/"
         self.files = self.prefix + "files/"
         self.tasks = self.prefix + "tasks/"
+
+    def manifest(self, number: int) -> str:
+        return f"{self.manifests}{number:08d}.json"
+
+    def manifest_number(self, key: str) -> int | None:
+        stem = key[len(self.manifests) :].removesuffix(".json")
+        return int(stem) if key.startswith(self.manifests) and stem.isdigit() else None
 
     def state_object(self, rel: str) -> str:  # rel = "<quoted name>/<seq>.pkl"
         return self.state + rel
@@ -59,67 +81,118 @@ class Keys:
         return self.files + rel
 
 
-# -- signing of files, streamed -------------------------------------------------------------------
-
-
-def _download_verified(store: Store, key: bytes, obj: str, dest: Path, what: str) -> None:
-    """Fetch a signed file, check its HMAC, and put its payload at ``dest`` (atomically)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".tmp-dl-{dest.name}")
-    store.get_file(obj, tmp)
-    try:
-        signing.verify_file(key, tmp, dest, what)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _objects_of(manifest: dict[str, Any]) -> set[str]:
     """The state objects (``<quoted name>/<seq>.pkl``) that the manifest's commits refer to."""
-    return {f"{quote(name)}/{seq:08d}.pkl" for c in manifest["commits"] for name, seq in c["objects"].items()}
+    return {rel for c in manifest["commits"] for rel in _commit_objects(c)}
+
+
+def _commit_objects(commit: dict[str, Any]) -> set[str]:
+    return {f"{quote(name)}/{seq:08d}.pkl" for name, seq in commit["objects"].items()}
 
 
 # -- restore (agent, before the runner starts) ----------------------------------------------------
 
 
-def restore(store: Store, layout: JobLayout, key: bytes, root: Path) -> dict[str, int]:
-    """Rebuild ``root`` from the Store; returns counts of what was restored."""
-    keys = Keys(layout)
+def restore(store: Store, layout: JobLayout, key: bytes, root: Path) -> dict[str, Any]:
+    """Rebuild ``root`` from the Store; returns counts of what was restored (and ``refused``: what was not).
+
+    Raises :class:`~nbburst.protocol.signing.SignatureError` for an object that is not the job's at all."""
+    folder, keys = JobFolder(store, layout, key), Keys(layout)
     if root.exists():
         shutil.rmtree(root)
-    (root / "state").mkdir(parents=True)
-    (root / "folder").mkdir()
-    (root / "tasks").mkdir()
-    counts = {"objects": 0, "files": 0, "tasks": 0, "loops": 0}
+    for part in ("state", "folder", "tasks"):
+        (root / part).mkdir(parents=True)
+    counts: dict[str, Any] = {"objects": 0, "files": 0, "tasks": 0, "loops": 0}
+    refused: list[str] = []
     listed = store.list(keys.prefix)
-    if not listed:
-        return counts
-    # state: the manifest, then the objects it names (a signed pickle is written as is: the runner verifies)
-    try:
-        manifest_raw = signing.verify(key, store.get(keys.manifest), "checkpoint manifest")
-    except NotFound:
-        manifest_raw = None
-    if manifest_raw is not None:
-        manifest = json.loads(manifest_raw)
-        wanted = _objects_of(manifest)
-        for rel in sorted(wanted):
-            raw = store.get(keys.state_object(rel))
-            signing.verify(key, raw, f"checkpoint {rel}")
-            write_atomic(root / "state" / rel, raw, durable=False)
-            counts["objects"] += 1
-        write_atomic(root / "state" / "manifest.json", manifest_raw, durable=False)
-        head = manifest["commits"][-1] if manifest["commits"] else {"loops": {}}
-        counts["loops"] = len(head["loops"])
+    numbers = sorted((n for k in listed if (n := keys.manifest_number(k)) is not None), reverse=True)
+    versions: dict[str, int] = {}
+    for number in numbers:
+        found = _open_manifest(folder, keys, number, refused)
+        if found is not None:
+            state, objects, files = found
+            for rel, data in objects.items():
+                write_atomic(root / "state" / rel, data, durable=False)
+            if state is not None:
+                write_atomic(root / "state" / "manifest.json", json.dumps(state, indent=1).encode(), durable=False)
+                counts["objects"], counts["loops"] = len(objects), len(state["commits"][-1]["loops"])
+            versions = _restore_files(folder, keys, files, root / "folder", refused)
+            counts["files"] = len(versions)
+            break
     for obj in listed:
-        if obj.startswith(keys.files):
-            rel = obj[len(keys.files) :]
-            _download_verified(store, key, obj, root / "folder" / rel, f"checkpoint file {rel}")
-            counts["files"] += 1
-        elif obj.startswith(keys.tasks):
-            batch = pickle.loads(signing.verify(key, store.get(obj), f"task results {obj}"))
+        if obj.startswith(keys.tasks):
+            try:
+                batch = pickle.loads(folder.get_object(obj))
+            except Misplaced as exc:
+                refused.append(str(exc))
+                continue
             for task_key, data in batch.items():
                 write_atomic(root / "tasks" / f"{task_key}.pkl", data, durable=False)
             counts["tasks"] += len(batch)
+    mirror = {"manifest": numbers[0] if numbers else 0, "files": versions}
+    write_atomic(root / MIRROR, json.dumps(mirror).encode(), durable=False)
+    if refused:
+        counts["refused"] = refused
     return counts
+
+
+def _open_manifest(
+    folder: JobFolder, keys: Keys, number: int, refused: list[str]
+) -> tuple[dict[str, Any] | None, dict[str, bytes], dict[str, int]] | None:
+    """``(state manifest, its objects, files with their versions)`` of manifest ``number``, reduced to its
+    commits whose objects all open; None when it is refused or none of its commits can be used."""
+    try:
+        manifest = json.loads(folder.get_record(keys.manifest(number)))
+    except Misplaced as exc:
+        refused.append(str(exc))
+        return None
+    except NotFound:
+        return None  # deleted meanwhile
+    state = manifest.get("state")
+    files = {str(rel): int(v) for rel, v in (manifest.get("files") or {}).items()}
+    if not state or not state.get("commits"):
+        return None, {}, files  # nothing committed: the files alone
+    opened: dict[str, bytes] = {}
+    for rel in sorted(_objects_of(state)):
+        try:
+            opened[rel] = folder.get_object(keys.state_object(rel))
+        except Misplaced as exc:
+            refused.append(str(exc))
+        except NotFound:
+            pass  # an old commit's object, collected since: that commit cannot be used
+    usable = [c for c in state["commits"] if _commit_objects(c) <= set(opened)]
+    if not usable:
+        refused.append(f"checkpoint manifest {number} has no commit whose objects all open; trying an older one")
+        return None
+    if usable[-1] is not state["commits"][-1]:
+        refused.append(f"resuming from checkpoint commit {usable[-1]['seq']} instead of {state['commits'][-1]['seq']}")
+    kept = {rel: opened[rel] for rel in _objects_of({"commits": usable})}
+    return {**state, "commits": usable}, kept, files
+
+
+def _restore_files(
+    folder: JobFolder, keys: Keys, files: dict[str, int], dest: Path, refused: list[str]
+) -> dict[str, int]:
+    """Download the manifest's files, each at its version or newer; returns the versions restored."""
+    restored = {}
+    for rel, version in sorted(files.items()):
+        try:
+            got = folder.get_file(keys.file(rel), dest / rel)
+        except Misplaced as exc:
+            refused.append(str(exc))
+            continue
+        except NotFound:
+            refused.append(f"checkpoint file {rel} is missing from the Store")
+            continue
+        if got < version:
+            (dest / rel).unlink()
+            refused.append(
+                f"checkpoint file {rel} is version {got}, older than version {version} that the checkpoint "
+                "manifest names: an older copy put back in the Store; refusing it"
+            )
+            continue
+        restored[rel] = got
+    return restored
 
 
 # -- sync (runner) --------------------------------------------------------------------------------
@@ -129,7 +202,7 @@ class Syncer:
     """Uploads the local checkpoint folder's changes to the Store, in a thread of its own."""
 
     def __init__(self, store: Store, layout: JobLayout, key: bytes, root: Path, attempt: int):
-        self.store, self.key, self.root, self.attempt = store, key, root, attempt
+        self.folder, self.root, self.attempt = JobFolder(store, layout, key), root, attempt
         self.keys = Keys(layout)
         self.lock = threading.Lock()  # one upload pass at a time
         self.wake = threading.Event()
@@ -137,12 +210,17 @@ class Syncer:
         self._thread: threading.Thread | None = None
         self._errors: set[str] = set()
         # What the Store holds, as far as we know: everything restored is there already.
+        mirror = json.loads(_read_or_none(root / MIRROR) or b'{"manifest": 0, "files": {}}')
+        self.number = mirror["manifest"] + 1  # of the next manifest
+        self.versions: dict[str, int] = dict(mirror["files"])  # file -> the number it went up with
+        self.unnamed = False  # uploads that no manifest names yet
         self.state_up: set[str] = {rel for rel in _walk(root / "state") if rel.endswith(".pkl")}
         self.manifest_up: bytes | None = _read_or_none(root / "state" / "manifest.json")
         self.files_up: dict[str, tuple[int, int]] = {
             rel: _stat(root / "folder" / rel) for rel in _walk(root / "folder")
         }
         self.files_seen: dict[str, tuple[int, int]] = dict(self.files_up)
+        self.files_gone: set[str] = set()  # deleted here, still in the Store
         self.tasks_up: set[str] = {name for name in _names(root / "tasks") if name.endswith(".pkl")}
         self.batch_seq = 0
 
@@ -178,7 +256,7 @@ class Syncer:
 
     def sync(self, final: bool) -> None:
         with self.lock:
-            for step in (self._sync_tasks, self._sync_state, self._sync_files):
+            for step in (self._sync_tasks, self._sync_checkpoints):
                 try:
                     step(final)
                 except Exception as exc:  # a flaky Store: try again next pass
@@ -187,25 +265,35 @@ class Syncer:
                         self._errors.add(message)
                         print(f"nbburst: checkpoint upload failed ({message}); retrying", file=sys.stderr)
 
-    def _sync_state(self, final: bool) -> None:
-        state = self.root / "state"
-        raw = _read_or_none(state / "manifest.json")
-        if raw is None or raw == self.manifest_up:
-            return
-        manifest = json.loads(raw)
-        wanted = _objects_of(manifest)
+    def _sync_checkpoints(self, final: bool) -> None:
+        """New state objects and changed files, then a new manifest naming them, then what it no longer names."""
+        raw = _read_or_none(self.root / "state" / "manifest.json")
+        state = json.loads(raw) if raw is not None else None
+        wanted = _objects_of(state) if state is not None else set(self.state_up)
         for rel in sorted(wanted - self.state_up):
-            self.store.put_file(self.keys.state_object(rel), state / rel)  # already signed by the API
+            self.folder.put_file(self.keys.state_object(rel), self.root / "state" / rel, 0)
             self.state_up.add(rel)
-        self.store.put(self.keys.manifest, signing.sign(self.key, raw))
-        self.manifest_up = raw
+        self.unnamed |= self._upload_files(final) or raw != self.manifest_up
+        if not self.unnamed:
+            return
+        self._write_manifest(state)
+        self.unnamed, self.manifest_up = False, raw
         for rel in sorted(self.state_up - wanted):
-            self.store.delete(self.keys.state_object(rel))
+            self.folder.store.delete(self.keys.state_object(rel))
             self.state_up.discard(rel)
+        for rel in sorted(self.files_gone):
+            self.folder.store.delete(self.keys.file(rel))
+            self.files_gone.discard(rel)
+        for key in self.folder.store.list(self.keys.manifests):
+            number = self.keys.manifest_number(key)
+            if number is not None and number < self.number - KEEP_MANIFESTS:  # ours only: never newer ones
+                self.folder.store.delete(key)
 
-    def _sync_files(self, final: bool) -> None:
+    def _upload_files(self, final: bool) -> bool:
+        """Upload the files that changed (sealed with the number of the next manifest); whether any changed."""
         folder = self.root / "folder"
         now = {rel: _stat(folder / rel) for rel in _walk(folder)}
+        changed = False
         for rel, st in sorted(now.items()):
             if self.files_up.get(rel) == st:
                 continue
@@ -213,14 +301,29 @@ class Syncer:
             if not final and self.files_seen.get(rel) != st:
                 continue
             try:
-                self.store.put_chunks(self.keys.file(rel), signing.sign_file(self.key, folder / rel))
+                self.folder.put_file(self.keys.file(rel), folder / rel, self.number)
             except FileNotFoundError:
                 continue
-            self.files_up[rel] = st
+            self.files_up[rel], self.versions[rel], changed = st, self.number, True
+            self.files_gone.discard(rel)
         for rel in sorted(set(self.files_up) - set(now)):
-            self.store.delete(self.keys.file(rel))
             del self.files_up[rel]
+            self.versions.pop(rel, None)
+            self.files_gone.add(rel)
+            changed = True
         self.files_seen = now
+        return changed
+
+    def _write_manifest(self, state: dict[str, Any] | None) -> None:
+        """The next manifest (create-only: a number already taken, by anyone, is skipped)."""
+        while True:
+            body = {"number": self.number, "state": state, "files": self.versions}
+            try:
+                self.folder.create_record(self.keys.manifest(self.number), json.dumps(body).encode())
+                break
+            except AlreadyExists:
+                self.number += 1
+        self.number += 1
 
     def _sync_tasks(self, final: bool) -> None:
         folder = self.root / "tasks"
@@ -233,12 +336,12 @@ class Syncer:
                 if data is not None:
                     batch[name[:-4]] = data
             if batch:
-                body = signing.sign(self.key, pickle.dumps(batch, protocol=5))
+                body = pickle.dumps(batch, protocol=5)
                 while True:
                     obj = f"{self.keys.tasks}{self.attempt:04d}-{self.batch_seq:06d}.pkl"
                     self.batch_seq += 1
                     try:
-                        self.store.create(obj, body)
+                        self.folder.create_object(obj, body)
                         break
                     except AlreadyExists:
                         continue  # left by an earlier run of this attempt (a rebooted machine)
@@ -288,21 +391,22 @@ def summary(counts: dict[str, Any]) -> str:
         parts.append(f"{counts['files']} checkpoint file(s)")
     if counts.get("tasks"):
         parts.append(f"{counts['tasks']} finished parallel task(s)")
-    return ", ".join(parts) if parts else "nothing"
+    text = ", ".join(parts) if parts else "nothing"
+    return text + "".join(f"; refused: {why}" for why in counts.get("refused", []))
 
 
 def start_in_runner(store: Store, layout: JobLayout, key: bytes, channel: Any, control_fd: int | None) -> Syncer | None:
     """In the runner, before the cell: checkpoints go to the Store, joblib tasks resume, notices are heard."""
     from .. import checkpoint
-    from ..protocol.job import ENV_ATTEMPT
+    from ..protocol.job import ENV_ATTEMPT, attempt_of
     from . import preemption, resume
 
     where = os.environ.get(checkpoint.ENV_DIR)
     if not where:
         return None
     root = Path(where)
-    syncer = Syncer(store, layout, key, root, int(os.environ.get(ENV_ATTEMPT) or 0)).start()
-    checkpoint._activate(root, key, on_change=syncer.kick, on_sync=syncer.flush)
+    syncer = Syncer(store, layout, key, root, attempt_of(os.environ.get(ENV_ATTEMPT) or "0")).start()
+    checkpoint.activate(root, key, on_change=syncer.kick, on_sync=syncer.flush)
     if os.environ.get("NBBURST_RESUME_TASKS", "1") != "0":  # 0: joblib tasks are not cached (benchmarks)
         resume.install(root / "tasks")
     if control_fd is not None:

@@ -1,66 +1,108 @@
-"""Match the machine's packages to the notebook's before the cell runs.
+"""Match the machine's packages to the notebook's before the cell runs; store an environment built at boot.
 
 The client lists, in the job's signed ``dist/manifest.json`` (see
 :mod:`nbburst.protocol.dist`), the distributions the job is likely to need at the
-notebook's versions. Here the agent installs those that are missing or at
-another version, with ``pip install --no-deps`` into the environment it runs
-in (on Compute Engine the venv on the boot disk, with a pip cache beside it,
-so a restarted VM neither reinstalls nor downloads again), logs what it
+notebook's versions, each with its requirement and package index. Here the agent
+installs those that are missing or at another version, without their
+dependencies, into the environment it runs in (on Compute Engine the venv on the
+boot disk; with pip when that environment has it, an image prepared with the
+packages, else with uv, which the bootstrap put on the PATH), logs what it
 installs to the job log, and then starts itself again so that nothing keeps
-running with the old versions already imported.
+running with the old versions already imported. On a stock image the bootstrap
+has installed them already, and there is nothing to do.
+
+When the bootstrap built the environment (it leaves ``BASE/env-pending.json``
+and a snapshot of the venv), a thread packs the snapshot and stores it,
+create-only, as ``envs/<hash>.tar.gz`` with its record signed by the job key
+(:mod:`nbburst.protocol.envcache`), while the cell runs; :func:`settle` waits
+for it before the VM is deleted, so that the next VM unpacks it instead of
+installing.
 
 Jobs without a manifest (the local backend: same environment) are left alone.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
+import threading
 import time
 from importlib import invalidate_caches
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
+from ..protocol import envcache
 from ..protocol.dist import verify_manifest
 from ..protocol.env import package_differences
-from ..store import NotFound
-
-if TYPE_CHECKING:
-    from .main import Agent
+from ..protocol.job import ENV_ATTEMPT, JobLayout
+from ..store import AlreadyExists, NotFound, Store
 
 #: Set in the environment of the restarted agent, so a package that will not install is tried once.
 ENV_SYNCED = "NBBURST_ENV_SYNCED"
-PIP_TIMEOUT_S = 1800
+INSTALL_TIMEOUT_S = 1800
+#: The longest the end of a job waits for the environment to be stored.
+SETTLE_S = 900.0
+
+_storing: threading.Thread | None = None
 
 
-def pip_command(packages: dict[str, str]) -> list[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--no-deps",
-        "--disable-pip-version-check",
-        "--no-warn-script-location",
-        "--progress-bar",
-        "off",
-    ]
+class JobLog(Protocol):
+    """Where the sync reports to the job's log (the agent's Shipper)."""
+
+    def event(self, text: str) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+def install_command(requirements: list[str], index: str | None = None) -> list[str]:
+    """The command that installs ``requirements`` without their dependencies into this environment: pip when
+    it has pip, else uv."""
+    source = ["--index-url", index] if index else []
+    if importlib.util.find_spec("pip") is None and shutil.which("uv"):
+        uv = [shutil.which("uv") or "uv", "pip", "install", "--no-config", "--python", sys.executable, "--no-deps"]
+        return uv + source + requirements
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check"]
+    cmd += ["--no-warn-script-location", "--progress-bar", "off"]
     home = os.environ.get("NBBURST_HOME")
     if home:
         cmd += ["--cache-dir", os.path.join(home, "pip-cache")]
-    return cmd + [f"{name}=={version}" for name, version in sorted(packages.items())]
+    return cmd + source + requirements
 
 
-def sync(agent: Agent) -> None:
+def _run(cmd: list[str]) -> subprocess.CompletedProcess[str] | None:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def _runs(todo: dict[str, str], manifest: dict[str, Any]) -> list[tuple[str | None, dict[str, str]]]:
+    """The differing packages as installer runs: (package index, {name: requirement}), per the manifest's groups."""
+    env = manifest.get("env") or {}
+    how = {r["name"]: (r["requirement"], g.get("index")) for g in env.get("groups") or [] for r in g["requirements"]}
+    local = {w["name"] for w in env.get("wheels") or []}
+    runs: dict[str | None, dict[str, str]] = {}
+    for name, version in todo.items():
+        if name in local:
+            continue  # a wheel of the notebook's files: the bootstrap installs it, no index has it
+        requirement, index = how.get(name, (f"{name}=={version}", None))
+        runs.setdefault(index, {})[name] = requirement
+    return list(runs.items())
+
+
+def _install(store: Store, layout: JobLayout, key: bytes, log: JobLog) -> None:
     """Install what differs, then restart the agent process (this call then does not return)."""
     t0 = time.time()
     try:
-        manifest = json.loads(agent.store.get(agent.layout.dist_manifest))
+        manifest = json.loads(store.get(layout.dist_manifest))
     except NotFound:
         return  # no manifest: the machine shares the notebook's environment
-    if not verify_manifest(agent.ident.key, manifest):
-        agent.shipper.event("nbburst: dist/manifest.json failed its signature check; no packages installed")
+    if not verify_manifest(key, manifest):
+        log.event("nbburst: dist/manifest.json failed its signature check; no packages installed")
         return
     wanted = manifest.get("requirements") or {}
     todo = package_differences(wanted)
@@ -69,42 +111,30 @@ def sync(agent: Agent) -> None:
         return
     listed = ", ".join(f"{n}=={v}" for n, v in todo.items())
     if os.environ.get(ENV_SYNCED):
-        agent.shipper.event(
+        log.event(
             f"nbburst: warning: still different from the notebook after installing: {listed}; "
             "the job's inputs may not load"
         )
         return
-    agent.shipper.event(f"nbburst: installing {len(todo)} package(s) to match the notebook: {listed}")
-    agent.shipper.flush()
-    try:
-        proc = subprocess.run(
-            pip_command(todo), capture_output=True, text=True, timeout=PIP_TIMEOUT_S, stdin=subprocess.DEVNULL
-        )
-        ok = proc.returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        ok = False
-    if not ok:
-        # One at a time, so one package that cannot be had does not block the others.
-        failed = []
-        for name, version in todo.items():
-            one = subprocess.run(
-                pip_command({name: version}),
-                capture_output=True,
-                text=True,
-                timeout=PIP_TIMEOUT_S,
-                stdin=subprocess.DEVNULL,
-            )
-            if one.returncode:
-                failed.append(f"{name}=={version}: {_last_line(one.stderr or one.stdout)}")
-        if failed:
-            agent.shipper.event(
-                "nbburst: warning: could not install " + "; ".join(failed) + " — the job's inputs may not load"
-            )
-        if len(failed) == len(todo):
-            agent.shipper.flush()
-            return
-    agent.shipper.event(f"nbburst: packages installed in {time.time() - t0:.1f} s")
-    agent.shipper.flush()
+    log.event(f"nbburst: installing {len(todo)} package(s) to match the notebook: {listed}")
+    log.flush()
+    failed, tried = [], 0
+    for index, requirements in _runs(todo, manifest):
+        tried += len(requirements)
+        proc = _run(install_command(list(requirements.values()), index))
+        if proc is not None and proc.returncode == 0:
+            continue
+        for requirement in requirements.values():  # one at a time: one that cannot be had blocks no other
+            one = _run(install_command([requirement], index))
+            if one is None or one.returncode:
+                failed.append(f"{requirement}: {_last_line(one.stderr or one.stdout) if one else 'timed out'}")
+    if failed:
+        log.event("nbburst: warning: could not install " + "; ".join(failed) + " — the job's inputs may not load")
+    if len(failed) == tried:
+        log.flush()
+        return
+    log.event(f"nbburst: packages installed in {time.time() - t0:.1f} s")
+    log.flush()
     _timing("installed; restarting the agent", t0)
     invalidate_caches()
     os.environ[ENV_SYNCED] = "1"
@@ -113,9 +143,66 @@ def sync(agent: Agent) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "nbburst.agent", *sys.argv[1:]])
 
 
+def sync(store: Store, layout: JobLayout, key: bytes, log: JobLog) -> None:
+    """Install what differs from the job's signed manifest (checked with ``key``), reporting to ``log``, and
+    restart the agent when anything was installed (this call then does not return); then start storing an
+    environment the bootstrap built."""
+    _install(store, layout, key, log)
+    global _storing
+    home = os.environ.get("NBBURST_HOME", "")
+    if home and os.path.exists(os.path.join(home, "env-pending.json")) and _storing is None:
+        _storing = threading.Thread(
+            target=store_environment, args=(store, layout.job_id, key, home), name="nbburst-envstore", daemon=True
+        )
+        _storing.start()
+
+
+def store_environment(store: Store, job_id: str, key: bytes, home: str) -> None:
+    """Pack the venv snapshot the bootstrap left in ``home`` and store it with its signed record."""
+    t0 = time.time()
+    snapshot, archive = os.path.join(home, "env-snapshot"), os.path.join(home, "env-upload.tar.gz")
+    with open(os.path.join(home, "env-pending.json")) as f:
+        pending = json.load(f)
+    packed = subprocess.run(
+        ["tar", "-C", snapshot, "--use-compress-program", "gzip -1", "-cf", archive, "venv"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env={k: v for k, v in os.environ.items() if k != ENV_ATTEMPT},  # not the attempt's: its end must not end it
+    )
+    if packed.returncode:
+        _timing(f"could not pack the environment (tar exit status {packed.returncode}): {packed.stderr[-300:]}", t0)
+        return
+    digest, size = hashlib.sha256(), 0
+    with open(archive, "rb") as f:
+        while chunk := f.read(8 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    try:
+        store.put_file(envcache.archive_key(pending["hash"]), archive, create=True)
+        record = envcache.record(key, job_id, pending, pending["packages"], digest.hexdigest(), size)
+        store.create(envcache.record_key(pending["hash"]), json.dumps(record, sort_keys=True, indent=1).encode())
+        _timing(f"environment stored as {envcache.archive_key(pending['hash'])} ({size} bytes)", t0)
+    except AlreadyExists:
+        _timing(f"environment {pending['hash']} was stored by another machine", t0)
+    except Exception as exc:  # storing is an optimisation: the job goes on without it
+        _timing(f"could not store the environment: {type(exc).__name__}: {exc}", t0)
+    finally:
+        os.remove(archive)
+    shutil.rmtree(snapshot, ignore_errors=True)
+    os.remove(os.path.join(home, "env-pending.json"))
+
+
+def settle(timeout_s: float = SETTLE_S) -> None:
+    """Wait (at most ``timeout_s``) until an environment being stored is stored: the VM is deleted next."""
+    if _storing is not None and _storing.is_alive():
+        _timing("waiting for the environment to be stored", time.time())
+        _storing.join(timeout_s)
+
+
 def _last_line(text: str) -> str:
     lines = [line for line in (text or "").strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else "pip failed"
+    return lines[-1][:300] if lines else "the installer failed"
 
 
 def _timing(message: str, t0: float) -> None:

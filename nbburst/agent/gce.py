@@ -28,7 +28,7 @@ import urllib.error
 import urllib.request
 import uuid
 
-from ..protocol.job import ENV_JOB_KEY, QUICK_STALE_SECONDS, JobLayout, State, Status
+from ..protocol.job import ENV_JOB_KEY, QUICK_STALE_SECONDS, JobLayout, State, split_job_url
 from ..protocol.metadata import metadata, on_gce
 
 DEFAULT_ENDPOINT = "https://compute.googleapis.com"
@@ -122,22 +122,24 @@ def mark_shutdown(wait_s: float = 10.0) -> str:
     """Mark the current attempt PREEMPTED if the job has no verdict and its agent, once running, is silent.
 
     An attempt whose agent never started stays PROVISIONING: the client reads that as a boot failure."""
+    from ..protocol.folder import JobFolder
     from ..store import NotFound, open_store
-    from .main import split_job_url
 
     url = _metadata("instance/attributes/nbburst-job-url")
-    if not url:
+    key_hex = _metadata("instance/attributes/nbburst-key")
+    if not url or not key_hex:
         return "not a job VM"
     attempt = int(_metadata("instance/attributes/nbburst-attempt") or 1)
     preempted = (_metadata("instance/preempted") or "").strip().upper() == "TRUE"
     root, job_id = split_job_url(url)
     store, layout = open_store(root), JobLayout(job_id)
+    folder = JobFolder(store, layout, bytes.fromhex(key_hex))
     deadline = time.monotonic() + wait_s
     while True:
         if store.exists(layout.terminal):
             return "the job has ended"
         try:
-            status = Status.from_json(store.get(layout.status(attempt)))
+            status = folder.status(attempt)
         except NotFound:
             return "no status for this attempt"
         if status.state != State.RUNNING:
@@ -150,7 +152,7 @@ def mark_shutdown(wait_s: float = 10.0) -> str:
     status.state = State.PREEMPTED
     status.message = "the VM was preempted" if preempted else "the VM shut down"
     status.heartbeat = time.time()
-    store.put(layout.status(attempt), status.to_json())
+    folder.put_status(status)
     return f"marked attempt {attempt} PREEMPTED"
 
 

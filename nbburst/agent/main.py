@@ -1,10 +1,13 @@
 """``python -m nbburst.agent JOB_URL``: run one attempt of a job on this machine.
 
-The controller stays small and never runs user code: it forks the runner into
-a process group of its own, ships its output, keeps the heartbeat, watches for
-cancellation and the time limit, and commits the terminal state. Whatever the
-runner does (crash, hang, eat memory), the controller can still end it and say
-why.
+The controller stays small and never runs user code: it spawns the runner in a
+session of its own that dies with it (:mod:`.spawn`), ships its output, keeps
+the heartbeat, watches for cancellation, the time limit (by the Store's clock)
+and a later attempt's claim (:mod:`..protocol.fence`), and commits the verdict
+the runner hands over (:mod:`.verdict`). Whatever the runner does (crash, hang,
+eat memory), the controller can still end it and say why; whatever happens to
+the controller (``kill -9``, a machine going away), nothing is committed for
+it, and the job reads as preempted.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import time
 import traceback
 from typing import Any
 
-from ..protocol import payload, signing
+from ..protocol import fence, payload, processes, signing
 from ..protocol.env import python_mismatch
+from ..protocol.folder import JobFolder
 from ..protocol.job import (
     ENV_ATTEMPT,
     ENV_CPUS,
@@ -29,24 +33,20 @@ from ..protocol.job import (
     JobSpec,
     State,
     Status,
+    attempt_of,
+    attempt_tag,
+    split_job_url,
 )
 from ..protocol.metadata import metadata, on_gce
 from ..protocol.outcome import commit_terminal, error_summary, timeout_reason
 from ..store import NotFound, Store, open_store
-from . import preemption
+from . import gpu, preemption, spawn
 from .checkpoints import local_root, restore, summary
 from .shipper import Shipper
+from .verdict import ERROR, Handoff, commit
 
 CANCEL_POLL_SECONDS = 0.5
 KILL_GRACE_SECONDS = 3.0
-
-
-def split_job_url(job_url: str) -> tuple[str, str]:
-    """``<root>/jobs/<id>`` -> (root, id)."""
-    root, sep, job_id = job_url.rstrip("/").rpartition("/jobs/")
-    if not sep:
-        raise SystemExit(f"nbburst agent: {job_url!r} is not a job URL (<store root>/jobs/<job id>)")
-    return root, job_id
 
 
 class Identity:
@@ -58,7 +58,7 @@ class Identity:
             raise SystemExit("nbburst agent: no job key (neither $NBBURST_JOB_KEY nor instance metadata)")
         self.key = bytes.fromhex(key_hex)
         self.machine = os.environ.get(ENV_MACHINE) or _metadata("instance/name") or "unknown"
-        self.attempt = int(os.environ.get(ENV_ATTEMPT) or _metadata_attribute("nbburst-attempt") or 1)
+        self.attempt = attempt_of(os.environ.get(ENV_ATTEMPT) or _metadata_attribute("nbburst-attempt") or "1")
 
 
 def _metadata(path: str) -> str | None:
@@ -70,9 +70,7 @@ def _metadata_attribute(name: str) -> str | None:
 
 
 def load_spec(store: Store, layout: JobLayout, key: bytes) -> JobSpec:
-    spec = JobSpec.from_json(store.get(layout.spec))
-    signing.verify_text(key, spec.signed_payload(), spec.signature, f"job spec {layout.spec}")
-    return spec
+    return JobFolder(store, layout, key).spec()
 
 
 class Agent:
@@ -81,10 +79,13 @@ class Agent:
         self.attempt = ident.attempt
         self.status = Status(attempt=self.attempt, state=State.RUNNING, machine=ident.machine)
         self.status_lock = threading.Lock()
-        self.shipper = Shipper(store, layout, self.attempt, on_event=self._on_event)
+        self.folder = JobFolder(store, layout, ident.key)  # every object of the job, sealed to its place
+        self.shipper = Shipper(self.folder, self.attempt, on_event=self._on_event)
         self.runner_pid: int | None = None
         self._killer: threading.Timer | None = None
         self.stop_reason: tuple[State, str] | None = None
+        self.superseded = False  # a later attempt was claimed: this one commits nothing (protocol/fence.py)
+        self.deadline = store.updated(layout.spec) + spec.timeout_s  # by the Store's clock, as the spec was written
         self.done = threading.Event()
         self.control = preemption.Control()  # the runner's control pipe (preemption notice, sync)
 
@@ -94,7 +95,15 @@ class Agent:
             for k, v in changes.items():
                 setattr(self.status, k, v)
             self.status.heartbeat = time.time()
-            self.store.put(self.layout.status(self.attempt), self.status.to_json())
+            self.folder.put_status(self.status)
+
+    def launched(self) -> float:
+        """When this attempt's machine was launched, as the client recorded it, else now: machine time (and so
+        the job's cost) runs from the machine's launch, boot and environment set-up included."""
+        try:
+            return self.folder.status(self.attempt).launched or time.time()
+        except (NotFound, ValueError, KeyError, signing.SignatureError):
+            return time.time()
 
     def _on_event(self, event: dict[str, Any]) -> None:
         if self.control.on_event(event):
@@ -104,28 +113,40 @@ class Agent:
                 self.status.progress = {k: event.get(k) for k in ("done", "total", "desc")}
 
     def commit_terminal(self, state: State, reason: str = "") -> State:
-        """Write the job's end once; if someone else ended it first, theirs stands."""
-        earlier = [Status.from_json(self.store.get(k)) for k in self.store.list(self.layout.status_prefix)]
+        """Write the job's end once; if someone else ended it first, theirs stands. A superseded attempt
+        writes nothing."""
+        if self.fenced():
+            return State.PREEMPTED
+        earlier = self.folder.statuses(strict=False)  # for the cost only: a forged one is left out
         statuses = [s for s in earlier if s.attempt != self.attempt] + [self.status]  # ours is the freshest
-        return commit_terminal(self.store, self.layout, self.spec, state, reason, self.attempt, "agent", statuses)
+        return commit_terminal(self.folder, self.spec, state, reason, self.attempt, "agent", statuses)
+
+    def fenced(self) -> bool:
+        """Whether a later attempt has been claimed; if so, the runner is ended at once (it must not run beside
+        the next attempt) and this attempt commits nothing from now on."""
+        if not self.superseded and fence.superseded(self.store, self.layout, self.attempt):
+            self.superseded = True
+            self.shipper.event(f"nbburst: attempt {self.attempt + 1} has taken over; attempt {self.attempt} stops")
+            if self.runner_pid is not None:
+                _kill_group(self.runner_pid)
+        return self.superseded
 
     # -- watchdog -------------------------------------------------------------
     def _watch(self) -> None:
-        deadline = self.spec.created + self.spec.timeout_s
         last_beat = 0.0
         while not self.done.wait(CANCEL_POLL_SECONDS):
             try:
-                if self.stop_reason is None and self.store.exists(self.layout.cancel):
-                    self._stop_runner(State.CANCELLED, "cancelled by the user")
-                elif self.stop_reason is None and time.time() > deadline:
-                    self._stop_runner(State.FAILED, timeout_reason(self.spec))
-                if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:
+                if self.stop_reason is None and self.folder.cancel_requested():
+                    self.stop_runner(State.CANCELLED, "cancelled by the user")
+                elif self.stop_reason is None and self.store.now() > self.deadline:
+                    self.stop_runner(State.FAILED, timeout_reason(self.spec))
+                if time.monotonic() - last_beat >= HEARTBEAT_SECONDS and not self.fenced():
                     self.write_status()
                     last_beat = time.monotonic()
             except Exception:  # a flaky store must not kill the watchdog
                 traceback.print_exc()
 
-    def _stop_runner(self, state: State, reason: str) -> None:
+    def stop_runner(self, state: State, reason: str) -> None:
         """Ask the cell's process group to stop; it is killed outright after the grace period.
 
         Never blocks: the main thread reaps the runner (a probe from here would
@@ -146,7 +167,7 @@ class Agent:
 
     # -- run ----------------------------------------------------------------
     def run(self) -> State:
-        problem = python_mismatch(self._env())
+        problem = python_mismatch(self._env()) or gpu.problem(self.spec.plan)  # before anything is installed
         if problem:
             self.shipper.event(f"nbburst: refusing to run: {problem}")
             self.shipper.flush()
@@ -154,16 +175,20 @@ class Agent:
         if self.store.exists(self.layout.dist_manifest):  # a machine with an environment of its own
             from .envsync import sync
 
-            sync(self)  # installs the notebook's versions of packages that differ (and then restarts this agent)
-        if self.store.exists(self.layout.cancel):
+            # installs the notebook's versions of packages that differ (and then restarts this agent)
+            sync(self.store, self.layout, self.ident.key, self.shipper)
+        if self.folder.cancel_requested():
             return self.commit_terminal(State.CANCELLED, "cancelled before it started")
-        if self.store.exists(self.layout.result):  # an earlier attempt finished; its machine died before saying so
-            return self._finish(0)
+        if self.folder.holds(self.layout.result):  # an earlier attempt finished; its machine died before saying so
+            return self._finish()
+        processes.sweep(self.spec.job_id, lambda n: n < self.attempt)  # an earlier attempt's leftovers on this machine
         _pin_cpus()
         workdir = os.path.join(os.getcwd(), "work", self.spec.job_id)
         os.makedirs(workdir, exist_ok=True)
         checkpoints = local_root(workdir)
-        self.write_status(state=State.PROVISIONING, message="restoring checkpoints", launched=time.time())
+        handoff = Handoff(os.path.join(os.getcwd(), "work", f".{self.spec.job_id}.verdict"))
+        handoff.clear()
+        self.write_status(state=State.PROVISIONING, message="restoring checkpoints", launched=self.launched())
         try:
             restored = restore(self.store, self.layout, self.ident.key, checkpoints)
         except signing.SignatureError as exc:
@@ -174,48 +199,35 @@ class Agent:
             self.shipper.event(
                 f"nbburst: attempt {self.attempt} on {self.ident.machine}, resuming from {summary(restored)}"
             )
-        if self.stop_reason is not None:  # preempted, cancelled or out of time while restoring
+        if self.stop_reason is not None or self.fenced():  # preempted, cancelled, out of time or taken over
             self.shipper.flush()
-            return self._finish(0)
+            return self._finish()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         ev_r, ev_w = os.pipe()
         ctl_r, ctl_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the runner
-            os.setpgid(0, 0)
+
+        def runner() -> int:
             os.close(out_r), os.close(err_r), os.close(ev_r), os.close(ctl_w)
             os.chdir(workdir)
             os.environ["NBBURST_CHECKPOINT_DIR"] = str(checkpoints)
-            os.environ[ENV_ATTEMPT] = str(self.attempt)
-            os.environ["MPLBACKEND"] = "module://nbburst.agent.mplbackend"
             os.environ.setdefault("IPYTHONDIR", os.path.join(workdir, ".ipython"))
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            code = 2
+            from .channel import Channel, flush_all
+            from .runner import redirect_std, run
+
+            redirect_std(out_w, err_w)
             try:
-                from .channel import Channel
-                from .runner import redirect_std, run
-
-                redirect_std(out_w, err_w)
-                code = run(
-                    open_store(self.store.url), self.layout, self.spec, self.ident.key, Channel(ev_w), control_fd=ctl_r
-                )
-            except BaseException:
-                traceback.print_exc()
+                store = open_store(self.store.url)
+                return run(store, self.layout, self.spec, self.ident.key, Channel(ev_w), handoff, control_fd=ctl_r)
             finally:
-                from .channel import flush_all
-
                 flush_all()
-                os._exit(code)
+
+        pid = spawn.spawn(runner, attempt_tag(self.spec.job_id, self.attempt))
         self.runner_pid = pid
-        try:
-            os.setpgid(pid, pid)
-        except OSError:
-            pass
         os.close(out_w), os.close(err_w), os.close(ev_w), os.close(ctl_r)
         self.control.fd = ctl_w
         if self.stop_reason is not None:  # asked to stop while forking
-            self._stop_runner(*self.stop_reason)
+            self.stop_runner(*self.stop_reason)
         self.write_status(state=State.RUNNING, started=time.time(), message="")
         self.shipper.pump(out_r, err_r, ev_r)
         watchdog = threading.Thread(target=self._watch, name="nbburst-watchdog", daemon=True)
@@ -223,12 +235,15 @@ class Agent:
         _, wait_status = os.waitpid(pid, 0)
         if self._killer is not None:
             self._killer.cancel()
-        _kill_group(pid)  # the cell may have left processes behind in its group; the job is over for them too
+        # The job is over for whatever the cell left behind, in its group or out of it (setsid, double fork):
+        # then nothing holds the output pipes open any more.
+        _kill_group(pid)
+        processes.sweep(self.spec.job_id, lambda n: n == self.attempt)
         self.control.close()
         self.shipper.join(timeout=10)
         self.done.set()
         watchdog.join()
-        return self._finish(wait_status)
+        return self._finish(wait_status, handoff)
 
     def _env(self) -> dict[str, Any]:
         import json
@@ -238,7 +253,15 @@ class Agent:
             raise signing.SignatureError("env.json does not match the signed job spec")
         return json.loads(raw)
 
-    def _finish(self, wait_status: int) -> State:
+    def _finish(self, wait_status: int | None = None, handoff: Handoff | None = None) -> State:
+        """Commit what the attempt came to. Only what the cell gave back (the verdict the runner handed over), a
+        cancel or the time limit end the job; a runner stopped by a preemption or cut off from its controller
+        leaves the attempt PREEMPTED for the next one; a later attempt's claim leaves everything to it."""
+        verdict = handoff.taken() if handoff is not None else None
+        if self.fenced():
+            return State.PREEMPTED
+        if verdict is not None:
+            commit(self.folder, *verdict)
         if self.store.exists(self.layout.result):
             state = self.commit_terminal(State.SUCCEEDED)
         elif self.stop_reason is not None and self.stop_reason[0] == State.PREEMPTED:
@@ -246,11 +269,15 @@ class Agent:
             return State.PREEMPTED
         elif self.stop_reason is not None:
             state = self.commit_terminal(*self.stop_reason)
-        elif self.store.exists(self.layout.error):
+        elif (verdict is not None and verdict[0] == ERROR) or self.store.exists(self.layout.error):
             state = self.commit_terminal(State.FAILED, error_summary(self.store, self.layout, self.ident.key))
+        elif wait_status is not None and _exit_code(wait_status) == spawn.EXIT_ORPHANED:
+            self.write_status(state=State.PREEMPTED, message="the cell's process lost its agent")
+            return State.PREEMPTED
         else:
-            state = self.commit_terminal(State.FAILED, _death(wait_status))
-        self.write_status(state=state)
+            state = self.commit_terminal(State.FAILED, _death(wait_status or 0))
+        if not self.superseded:
+            self.write_status(state=state)
         return state
 
 
@@ -259,6 +286,10 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def _exit_code(wait_status: int) -> int | None:
+    return os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else None
 
 
 def _death(wait_status: int) -> str:
@@ -282,10 +313,14 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m nbburst.agent JOB_URL", file=sys.stderr)
         return 2
-    root, job_id = split_job_url(argv[0])
+    try:
+        root, job_id = split_job_url(argv[0])
+    except ValueError as exc:
+        raise SystemExit(f"nbburst agent: {exc}") from None
+    ident = Identity()
+    spawn.ensure_marked(attempt_tag(job_id, ident.attempt), argv)  # every process of the attempt carries it
     store = open_store(root)
     layout = JobLayout(job_id)
-    ident = Identity()
     try:
         spec = load_spec(store, layout, ident.key)
     except (NotFound, signing.SignatureError) as exc:
@@ -300,5 +335,8 @@ def main(argv: list[str]) -> int:
     preemption.install(agent)  # SIGTERM and the metadata server's notices: soft-off (see preemption.py)
     state = agent.run()
     if state.terminal:
+        from .envsync import settle
+
+        settle()  # an environment built at boot is stored before the VM goes
         end_machine()  # a Compute Engine VM deletes itself (or powers off); nothing to do locally
     return 0 if state in (State.SUCCEEDED, State.CANCELLED) else 1

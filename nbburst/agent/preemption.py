@@ -17,7 +17,7 @@ never in the signal handler, and, within the grace budget:
 2. tells the runner through its control pipe; the runner (:func:`listen`) runs
    the cell's ``nbburst.checkpoint.on_preempt`` hooks, uploads the checkpoints
    and acknowledges on the event channel;
-3. stops the runner's process group (``Agent._stop_runner(State.PREEMPTED)``);
+3. stops the runner's process group (``Agent.stop_runner(State.PREEMPTED)``);
    the agent then drains and ships the rest of the output and writes the
    attempt's status PREEMPTED (``Agent._finish``).
 """
@@ -98,9 +98,9 @@ class Control:
 def soft_off(agent: Any, reason: str) -> None:
     """The machine is going away: use the grace window, then stop the runner as PREEMPTED. Idempotent."""
     with _soft_off_lock:
-        if getattr(agent, "_soft_off_started", False):
+        if getattr(agent, "soft_off_started", False):
             return
-        agent._soft_off_started = True
+        agent.soft_off_started = True
     if agent.stop_reason is not None and agent.stop_reason[0] != State.PREEMPTED:
         return  # already ending (cancel, timeout): that verdict stands
     agent.stop_reason = (State.PREEMPTED, reason)  # seen by run() if the runner is not started yet
@@ -122,7 +122,7 @@ def soft_off(agent: Any, reason: str) -> None:
             )
         except Exception:
             pass
-    agent._stop_runner(State.PREEMPTED, reason)
+    agent.stop_runner(State.PREEMPTED, reason)
 
 
 _soft_off_lock = threading.Lock()
@@ -151,9 +151,12 @@ def install(agent: Any) -> MetadataWatcher | None:
     """SIGTERM = soft-off; watch the metadata server when there is one."""
 
     def on_sigterm(signum: int, frame: Any) -> None:
+        reason = "the machine is shutting down (soft-off signal)"
+        if agent.stop_reason is None:  # at once: a runner that dies meanwhile died of the preemption, not the cell
+            agent.stop_reason = (State.PREEMPTED, reason)
         threading.Thread(
             target=soft_off,
-            args=(agent, "the machine is shutting down (soft-off signal)"),
+            args=(agent, reason),
             name="nbburst-soft-off",
             daemon=True,
         ).start()
@@ -267,7 +270,7 @@ def listen(fd: int, syncer: Any, channel: Any) -> threading.Thread:
                 what = line.decode().strip()
                 if what == "preempt":
                     deadline = time.monotonic() + budget()
-                    for problem in checkpoint._run_preempt_hooks(deadline):
+                    for problem in checkpoint.run_preempt_hooks(deadline):
                         print(f"nbburst: {problem}", file=sys.stderr)
                 if what in ("preempt", "sync") and syncer is not None:
                     syncer.flush()

@@ -1,12 +1,14 @@
-"""Run the job's code in this (forked) process and commit its result or error.
+"""Run the job's code in this (forked) process and hand its result or error to the agent.
 
-The process is the leader of its own process group, so the agent can end the
-cell and everything it started (loky workers, subprocesses) in one signal.
+The process leads a session of its own (agent/spawn.py), so the agent can end
+the cell and everything it started (loky workers, subprocesses) in one signal.
+It commits nothing itself: the agent checks that the attempt still holds and
+commits the verdict (agent/verdict.py). A runner cut off from its agent exits
+with ``spawn.EXIT_ORPHANED``: a lost agent is never the cell's error.
 """
 
 from __future__ import annotations
 
-import ast
 import builtins
 import json
 import linecache
@@ -16,36 +18,22 @@ import threading
 import time
 from typing import Any
 
-from ..protocol import payload, signing
+from ..protocol import payload, signing, transfer
 from ..protocol.job import JobLayout, JobSpec, blob_key
-from ..store import AlreadyExists, Store
-from . import channel as channel_module
-from .channel import Channel, flush_c_streams, format_object
+from ..store import Store
+from .channel import Channel, ChannelStream, flush_c_streams
+from .inputs import Inputs
+from .inputs import load as load_inputs
+from .shell import ZMQInteractiveShell
+from .shell import start as start_shell
+from .spawn import EXIT_ORPHANED, orphaned
+from .verdict import ERROR, RESULT, Handoff
 
 EXIT_RESULT, EXIT_ERROR = 0, 1
 
 
 def cell_filename(job_id: str) -> str:
     return f"<burst-cell {job_id}>"
-
-
-def load_inputs(store: Store, layout: JobLayout, spec: JobSpec, key: bytes) -> dict[str, Any]:
-    """Modules by import, values from blobs whose SHA-256 matches the signed manifest."""
-    raw = store.get(layout.inputs)
-    if payload.digest_bytes(raw) != spec.digests.get("inputs.json"):
-        raise signing.SignatureError("inputs.json does not match the signed job spec; refusing to load it")
-    manifest = json.loads(raw)
-    ns: dict[str, Any] = {}
-    import importlib
-
-    for name, module in manifest.get("modules", {}).items():
-        ns[name] = importlib.import_module(module)
-    for name, digest in manifest.get("values", {}).items():
-        data = bytearray(store.get(blob_key(digest)))
-        if payload.digest_bytes(data) != digest:
-            raise signing.SignatureError(f"the blob of {name!r} does not match its address; refusing to load it")
-        ns[name] = payload.decode(data)
-    return ns
 
 
 def materialise_files(store: Store, layout: JobLayout, spec: JobSpec) -> None:
@@ -59,45 +47,6 @@ def materialise_files(store: Store, layout: JobLayout, spec: JobSpec) -> None:
         with open(rel, "rb") as f:
             if payload.digest_bytes(f.read()) != digest:
                 raise signing.SignatureError(f"file {rel} does not match its address")
-
-
-class _Shell:
-    """IPython on the machine, made only when the cell uses IPython syntax or APIs."""
-
-    def __init__(self, ns: dict[str, Any], channel: Channel):
-        self.ns, self.channel, self.shell = ns, channel, None
-
-    def __call__(self) -> Any:
-        if self.shell is None:
-            from IPython.core.displaypub import DisplayPublisher
-            from IPython.core.interactiveshell import InteractiveShell
-            from traitlets.config import Config
-
-            channel = self.channel
-
-            class Publisher(DisplayPublisher):
-                def publish(self, data, metadata=None, *args, **kwargs):
-                    channel.display(data, metadata)
-
-                def clear_output(self, wait=False):
-                    channel.send({"s": "clear"})
-
-            cfg = Config({"HistoryManager": {"enabled": False}})
-            self.shell = InteractiveShell.instance(config=cfg, user_ns=self.ns, display_pub_class=Publisher)
-            self.shell.displayhook.write_output_prompt = lambda: None  # type: ignore[method-assign]
-        return self.shell
-
-
-def _display(channel: Channel):
-    def display(*objs: Any, raw: bool = False, metadata: dict | None = None, **kwargs: Any) -> None:
-        for obj in objs:
-            if raw:
-                channel.display(obj, metadata)
-            else:
-                data, md = format_object(obj)
-                channel.display(data, {**md, **(metadata or {})})
-
-    return display
 
 
 def _periodic_c_flush(stop: threading.Event) -> None:
@@ -114,14 +63,20 @@ def _trim(tb, filename: str):
 
 
 def run(
-    store: Store, layout: JobLayout, spec: JobSpec, key: bytes, channel: Channel, control_fd: int | None = None
+    store: Store,
+    layout: JobLayout,
+    spec: JobSpec,
+    key: bytes,
+    channel: Channel,
+    handoff: Handoff,
+    control_fd: int | None = None,
 ) -> int:
-    """Execute the job; commit result.pkl or error.pkl (create-only, signed).
+    """Execute the job; hand its result or error to the agent through ``handoff``.
 
     ``control_fd`` is the agent's control pipe (preemption notices): see agent/preemption.py."""
     from .. import reporting
 
-    reporting._channel = channel
+    reporting.connect(channel)
     from .tqdm_hook import install as install_tqdm_hook  # tqdm bars in the cell feed the job's progress
 
     install_tqdm_hook()
@@ -132,76 +87,64 @@ def run(
     threading.Thread(target=_periodic_c_flush, args=(stop,), daemon=True).start()
     filename = cell_filename(spec.job_id)
     ns: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    sys.stdout, sys.stderr = ChannelStream(channel, "stdout", 1), ChannelStream(channel, "stderr", 2)
     try:
-        ns.update(load_inputs(store, layout, spec, key))
+        shell = start_shell(ns, channel, filename)  # before the inputs: unpickling may import matplotlib
+        inputs = load_inputs(store, layout, spec, ns)
         materialise_files(store, layout, spec)
+        inputs.begin()  # the kernel's process state, in force from here on
         if spec.kind == "call":
             fn, args, kwargs = ns.pop("__fn__"), ns.pop("__args__"), ns.pop("__kwargs__")
             outcome = {"values": {}, "deleted": [], "has_last": True, "last": fn(*args, **kwargs)}
         else:
-            outcome = run_cell(store.get(layout.code).decode(), spec, ns, channel, filename)
+            outcome = run_cell(store.get(layout.code).decode(), spec, ns, shell)
     except BaseException as exc:  # the cell's exception, reported to the notebook
         stop.set()
-        _commit_error(store, layout, key, exc, filename)
+        if orphaned():  # e.g. a broken pipe to the agent that is gone: not the cell's doing
+            return EXIT_ORPHANED
+        _commit_error(handoff, exc, filename)
         return EXIT_ERROR
     stop.set()
-    _commit_result(store, layout, key, outcome, channel)
+    _commit_result(handoff, outcome, inputs, ns)
     return EXIT_RESULT
 
 
-def run_cell(code: str, spec: JobSpec, ns: dict[str, Any], channel: Channel, filename: str) -> dict[str, Any]:
+def run_cell(code: str, spec: JobSpec, ns: dict[str, Any], shell: ZMQInteractiveShell) -> dict[str, Any]:
+    """Run the cell as the kernel would (see agent/shell.py); ``Out`` has been displayed when it returns."""
     if payload.digest_bytes(code.encode()) != spec.digests.get("code.py"):
         raise signing.SignatureError("code.py does not match the signed job spec; refusing to run it")
-    builtins.display = _display(channel)  # type: ignore[attr-defined]
-    shell = _Shell(ns, channel)
-    ns["get_ipython"] = shell
-    if "IPython" in code:
-        shell()
-    channel_module.current = channel  # the matplotlib backend finds it here if the cell plots
-    lines = code.splitlines(keepends=True)
-    linecache.cache[filename] = (len(code), None, lines, filename)
-    tree = ast.parse(code, filename)
-    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-    exec(compile(tree, filename, "exec"), ns)
-    outcome: dict[str, Any] = {"has_last": last is not None, "last": None}
-    if last is not None:
-        outcome["last"] = eval(compile(ast.Expression(last.value), filename, "eval"), ns)
-    if "matplotlib.pyplot" in sys.modules:
-        from .mplbackend import flush_figures
-
-        flush_figures()
+    executed = shell.execute(code)
+    executed.raise_error()
+    outcome: dict[str, Any] = {"has_last": executed.result is not None, "last": executed.result, "displayed": True}
     names = spec.outputs if spec.outputs is not None else []
     outcome["values"] = {n: ns[n] for n in names if n in ns}
     outcome["deleted"] = [n for n in spec.deleted if n not in ns]
     return outcome
 
 
-def _commit_result(store: Store, layout: JobLayout, key: bytes, outcome: dict[str, Any], channel: Channel) -> None:
-    """Send back every value that pickles; name the ones that do not."""
-    warnings = []
-    values = {}
-    for name, value in outcome["values"].items():
-        try:
-            payload.encode(value)
-        except Exception as exc:
-            warnings.append(f"{name!r} ({type(value).__name__}) was not brought back: it cannot be pickled ({exc})")
+def _commit_result(handoff: Handoff, outcome: dict[str, Any], inputs: Inputs, ns: dict[str, Any]) -> None:
+    """Send back the outputs and the inputs the cell changed, every value that pickles; name the others."""
+    displayed = outcome.pop("displayed", False)  # a cell's Out, shown already: only the value may travel
+    values, refs, adopt = inputs.returns_of(ns, outcome["values"])
+    writer = transfer.Writer(refs, adopt)
+    warnings = [
+        f"{name!r} ({type(value).__name__}) was not brought back: it cannot be pickled ({why})"
+        for name, value in values.items()
+        if (why := writer.add(name, value))
+    ]
+    meta: dict[str, Any] = {"deleted": outcome["deleted"], "has_last": outcome["has_last"]}
+    if outcome["has_last"] and writer.add(transfer.LAST, outcome["last"]):
+        if displayed:
+            meta["has_last"] = False
         else:
-            values[name] = value
-    outcome["values"] = values
-    if outcome.get("has_last"):
-        try:
-            payload.encode(outcome["last"])
-        except Exception:
-            outcome["last_bundle"] = format_object(outcome.pop("last"))
-    outcome["warnings"] = warnings
-    data = payload.encode(outcome).tobytes()
-    try:
-        store.create(layout.result, signing.sign(key, data))
-    except AlreadyExists:
-        pass  # an earlier attempt committed it: results are never overwritten
+            meta["last_bundle"] = ZMQInteractiveShell.instance().display_formatter.format(outcome["last"])
+    meta["state"] = inputs.tracker.changes()
+    meta["warnings"] = warnings + inputs.tracker.problems
+    data = writer.finish(meta).tobytes()
+    handoff.hand_over(RESULT, data)
 
 
-def _commit_error(store: Store, layout: JobLayout, key: bytes, exc: BaseException, filename: str) -> None:
+def _commit_error(handoff: Handoff, exc: BaseException, filename: str) -> None:
     import traceback
 
     from tblib import pickling_support
@@ -222,14 +165,13 @@ def _commit_error(store: Store, layout: JobLayout, key: bytes, exc: BaseExceptio
         data = payload.encode({**info, "exc": exc}).tobytes()
     except Exception:
         data = payload.encode({**info, "exc": None}).tobytes()
-    try:
-        store.create(layout.error, signing.sign(key, data))
-    except AlreadyExists:
-        pass
+    handoff.hand_over(ERROR, data)
 
 
 def redirect_std(stdout_fd: int, stderr_fd: int) -> None:
-    """Point fds 1 and 2 at the shipper's pipes, line-buffered like a notebook."""
+    """Point fds 1 and 2 at the shipper's pipes, line-buffered like a notebook; once the cell starts,
+    what Python prints goes as events instead (see :class:`ChannelStream`), C code and subprocesses
+    keep writing here."""
     os.dup2(stdout_fd, 1)
     os.dup2(stderr_fd, 2)
     os.close(stdout_fd)

@@ -1,8 +1,9 @@
 """Ship the cell's stdout, stderr and display events to the Store as log chunks.
 
 Output is read at the file-descriptor level, so prints from C extensions and
-subprocesses arrive as well as Python's. Chunks are immutable and numbered, so
-a reader that has seen chunk N never sees its lines again.
+subprocesses arrive as well as Python's. Chunks are immutable, numbered and
+sealed to their place (a reader refuses one that was forged or copied), so a
+reader that has seen chunk N never sees its lines again.
 """
 
 from __future__ import annotations
@@ -16,20 +17,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol.job import JobLayout, encode_records
-from ..store import Store
+from ..protocol.folder import JobFolder
+from ..protocol.job import SHELL_RECORDS, encode_records
+from ..store import AlreadyExists
 
 FLUSH_SECONDS = 0.2
 MAX_CHUNK = 1 << 20
 
 
 class Shipper:
-    def __init__(
-        self, store: Store, layout: JobLayout, attempt: int, on_event: Callable[[dict[str, Any]], None] | None = None
-    ):
-        self.store, self.layout, self.attempt = store, layout, attempt
+    def __init__(self, folder: JobFolder, attempt: int, on_event: Callable[[dict[str, Any]], None] | None = None):
+        self.folder, self.layout, self.attempt = folder, folder.layout, attempt
         self.on_event = on_event
-        self.seq = len(store.list(layout.attempt_logs(attempt)))
+        self.seq = len(folder.store.list(self.layout.attempt_logs(attempt)))
         self.pending: list[dict[str, Any]] = []
         self.pending_size = 0
         self.lock = threading.Lock()
@@ -57,9 +57,15 @@ class Shipper:
             if not self.pending:
                 return
             records, self.pending, self.pending_size = self.pending, [], 0
-            key = self.layout.log_chunk(self.attempt, self.seq)
-            self.seq += 1
-            self.store.create(key, encode_records(records))
+            data = encode_records(records)
+            while True:
+                key = self.layout.log_chunk(self.attempt, self.seq)
+                self.seq += 1
+                try:
+                    self.folder.create_object(key, data)
+                    break
+                except AlreadyExists:
+                    continue  # the number is taken (an earlier run of this attempt, or a planted chunk)
             self.last_flush = time.monotonic()
 
     # -- pumping file descriptors -------------------------------------------------
@@ -119,7 +125,7 @@ class Shipper:
         sel.close()
 
     def _handle_event(self, event: dict[str, Any]) -> None:
-        if event.get("s") == "display":
+        if event.get("s") in SHELL_RECORDS or event.get("s") in ("stdout", "stderr"):  # Python's prints
             self.add(event)
         elif self.on_event is not None:
             self.on_event(event)

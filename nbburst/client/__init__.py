@@ -1,5 +1,6 @@
 """The notebook side: :class:`Burst` submits jobs, :class:`Job` follows one, the supervisor
-relaunches preempted ones, capture finds what a cell reads and writes."""
+relaunches preempted ones (also in the background, see daemon), capture finds what a cell reads
+and writes."""
 
 from .burst import Burst, Job
 

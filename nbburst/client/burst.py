@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import linecache
-import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,9 +22,11 @@ from .. import __version__, config
 from ..errors import CaptureError, JobCancelled, JobFailed, JobNotFound, RemoteError, UsageError
 from ..machines import Machines, open_machines
 from ..machines.base import GONE, STOPPED, machine_name
-from ..options import Options
-from ..protocol import payload, pricing, signing
+from ..options import Options, file_destination
+from ..protocol import backends, fence, payload, pricing, signing, transfer
+from ..protocol import state as process_state
 from ..protocol.env import manifest
+from ..protocol.folder import JobFolder
 from ..protocol.job import (
     BLOBS_PREFIX,
     DESCRIBE_SECONDS,
@@ -35,14 +37,18 @@ from ..protocol.job import (
     State,
     Status,
     Terminal,
+    attempt_marker,
     blob_key,
-    decode_records,
+    job_id_time,
+    job_url,
     jobs_prefix,
     new_job_id,
+    record_text,
     valid_job_id,
 )
 from ..protocol.outcome import commit_terminal, read_error
 from ..store import AlreadyExists, NotFound, Store, open_store
+from . import background
 from .capture import Capture, unpicklable_message
 
 if TYPE_CHECKING:
@@ -90,15 +96,21 @@ class Burst:
 
     # -- submission -------------------------------------------------------------
     def submit_cell(self, code: str, cap: Capture, options: Options) -> Job:
-        """Submit an (IPython-transformed) cell whose inputs were captured."""
-        return self._submit("cell", code, cap.values, cap.modules, options, cap.outputs, cap.deletes)
+        """Submit an (IPython-transformed) cell whose inputs were captured; its values come back to
+        the namespace they were captured from."""
+        extra = {"submodules": cap.submodules, "track": True, "returns": cap.returns}
+        job = self._submit(
+            "cell", code, cap.values, cap.modules, options, cap.outputs, cap.deletes, extra, cap.optional, cap.namespace
+        )
+        job.namespace = cap.namespace
+        return job
 
     def submit(self, fn: Callable[..., Any], *args: Any, options: Options | None = None, **kwargs: Any) -> Job:
         """Run ``fn(*args, **kwargs)`` on a machine; ``Job.result()`` is its return value."""
         if not callable(fn):
             raise UsageError(f"submit() needs a function, got {type(fn).__name__}")
         values = {"__fn__": fn, "__args__": args, "__kwargs__": kwargs}
-        return self._submit("call", "", values, {}, options or self.options(), None, [])
+        return self._submit("call", "", values, {}, options or self.options(), None, [], {})
 
     def _submit(
         self,
@@ -109,28 +121,37 @@ class Burst:
         options: Options,
         outputs: list[str] | None,
         deletes: list[str],
+        extra: dict[str, Any],
+        optional: frozenset[str] = frozenset(),
+        namespace: dict[str, Any] | None = None,
     ) -> Job:
+        """``extra``: more entries of inputs.json (submodules, which inputs to watch); ``optional``: values
+        that stay behind if they cannot be pickled; ``namespace``: where the values come from."""
         machines = self.machines(options.backend)
         plan = machines.plan(options.resources)  # refuses what the backend cannot do, before anything else
+        machines.check_environment(code, modules.values())  # and a package the cell needs that it cannot install
         pricing.price_plan(plan, options.backend, self.settings)
-        encoded = _encode_all(values)
+        encoded = _encode_all(values, optional, namespace)
+        inputs = {"modules": modules, **extra, "state": _encode_state()}
         files = _check_files(options.files)
         store = self.store_for(options.backend)
         if options.name and self._find_by_name(store, options.name, running_only=True):
             raise UsageError(f"--name: a job called {options.name!r} is still running; pick another name")
         job_id = new_job_id()
         layout = JobLayout(job_id)
-        key = self.keyring.create(job_id)
+        key = self.keyring.create(job_id, store.url)
         try:
             spec = self._write_job(
-                store, layout, key, kind, code, encoded, modules, files, options, outputs, deletes, plan.to_dict()
+                store, layout, key, kind, code, encoded, inputs, files, options, outputs, deletes, plan.to_dict()
             )
         except BaseException:
             store.delete_prefix(layout.prefix)  # no half-written job
             self.keyring.delete(job_id)
             raise
         job = self.handle(store, job_id, spec)
-        job._launch(attempt=1)
+        job.launch(attempt=1)
+        if self.settings.background_supervisor and not backends.is_remote(options.backend):
+            background.ensure(self.settings, store.url)  # machines that only a supervisor on this computer relaunches
         return job
 
     def _write_job(
@@ -141,7 +162,7 @@ class Burst:
         kind: str,
         code: str,
         encoded: dict[str, payload.Encoded],
-        modules: dict[str, str],
+        inputs: dict[str, Any],
         files: dict[str, Path],
         options: Options,
         outputs: list[str] | None,
@@ -154,9 +175,11 @@ class Burst:
             digests[name] = payload.digest_bytes(data)
             store.put(layout.key(name), data)
 
-        manifest_values = {name: upload_blob(store, enc) for name, enc in encoded.items()}
+        # The manifest of the inputs: modules by name, values (and any other blob) by address.
+        inputs = {k: upload_blob(store, v) if isinstance(v, payload.Encoded) else v for k, v in inputs.items()}
+        inputs["values"] = {name: upload_blob(store, enc) for name, enc in encoded.items()}
         put("code.py", code.encode())
-        put("inputs.json", json.dumps({"modules": modules, "values": manifest_values}, indent=1).encode())
+        put("inputs.json", json.dumps(inputs, indent=1).encode())
         put("env.json", json.dumps(manifest(), indent=1).encode())
         if files:
             put("files.json", json.dumps({rel: upload_file(store, path) for rel, path in files.items()}).encode())
@@ -177,8 +200,7 @@ class Burst:
             digests=digests,
             plan=plan,
         )
-        spec.signature = signing.sign_text(key, spec.signed_payload())
-        store.create(layout.spec, spec.to_json())  # written last: now the job exists
+        JobFolder(store, layout, key).create_record(layout.spec, spec.to_json())  # written last: now the job exists
         return spec
 
     # -- lookup -----------------------------------------------------------------
@@ -207,8 +229,11 @@ class Burst:
 
     def _find_by_name(self, store: Store, name: str, running_only: bool = False) -> Job | None:
         for job in self.jobs(store=store):
-            if job.spec.name == name and (not running_only or not job.state.terminal):
-                return job
+            try:
+                if job.spec.name == name and (not running_only or not job.state.terminal):
+                    return job
+            except signing.SignatureError:
+                continue  # a name that cannot be verified here names nothing
         return None
 
     def jobs(self, store: Store | None = None) -> list[Job]:
@@ -226,15 +251,29 @@ class Burst:
         return [self.handle(store, job_id) for job_id in ids if job_id in known or store.exists(JobLayout(job_id).spec)]
 
 
-def _encode_all(values: dict[str, Any]) -> dict[str, payload.Encoded]:
-    encoded = {}
-    for name, value in values.items():
-        try:
-            encoded[name] = payload.encode(value)
-        except Exception as exc:
+def _encode_all(
+    values: dict[str, Any], optional: frozenset[str] = frozenset(), namespace: dict[str, Any] | None = None
+) -> dict[str, payload.Encoded]:
+    """Every input as a blob (see :func:`transfer.encode_inputs`); one that cannot be pickled stops the
+    submission, naming it, unless it is ``optional``."""
+    encoded, failed = transfer.encode_inputs(values, optional, namespace)
+    for name, exc in failed.items():
+        if name not in optional:
             shown = "a function argument" if name.startswith("__") else name
-            raise CaptureError(unpicklable_message(shown, value, exc)) from None
+            raise CaptureError(unpicklable_message(shown, values[name], exc)) from None
     return encoded
+
+
+def _encode_state() -> payload.Encoded:
+    """The process state the cell relies on (:mod:`nbburst.protocol.state`)."""
+    return payload.encode(process_state.capture())
+
+
+def user_namespace() -> dict[str, Any]:
+    """The namespace results come back to by default: the IPython kernel's, else ``__main__``'s."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell.user_ns if shell is not None else sys.modules["__main__"].__dict__
 
 
 def _check_files(paths: list[str]) -> dict[str, Path]:
@@ -243,8 +282,7 @@ def _check_files(paths: list[str]) -> dict[str, Path]:
         path = Path(raw).expanduser()
         if not path.is_file():
             raise UsageError(f"--files: {raw!r} is not a file (folders: pass each file, or archive them)")
-        rel = raw if not os.path.isabs(raw) and ".." not in Path(raw).parts else path.name
-        files[rel] = path
+        files[file_destination(raw)] = path
     return files
 
 
@@ -274,6 +312,38 @@ class CellResult:
     last: Any = None
     last_bundle: tuple[dict[str, Any], dict[str, Any]] | None = None
     warnings: list[str] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)  # process state the cell changed
+    failed: dict[str, str] = field(default_factory=dict)  # name -> why it could not come back (also in warnings)
+
+    @classmethod
+    def load(cls, data: bytes, namespace: dict[str, Any]) -> CellResult:
+        """Unpickle a result into ``namespace``'s terms (see :mod:`nbburst.protocol.transfer`): value by
+        value, so one that cannot come back is a warning, not the loss of the others."""
+        loaded = transfer.load_values(data, namespace)
+        meta, values = loaded.meta, loaded.values
+        has_last = meta["has_last"] and transfer.LAST in values
+        last = values.pop(transfer.LAST, None)
+        failed = [
+            f"{'the value of the cell (Out)' if name == transfer.LAST else repr(name)} could not come back: {why}"
+            for name, why in loaded.failed.items()
+        ]
+        return cls(
+            values=values,
+            deleted=meta["deleted"],
+            has_last=has_last,
+            last=last,
+            last_bundle=meta.get("last_bundle"),
+            warnings=[*meta["warnings"], *failed],
+            state=meta.get("state", {}),
+            failed=dict(loaded.failed),
+        )
+
+    def merge_into(self, namespace: dict[str, Any]) -> None:
+        """Bind the values, drop the deleted names, apply the process state, as the cell would have."""
+        namespace.update(self.values)
+        for name in self.deleted:
+            namespace.pop(name, None)
+        self.warnings += process_state.restore(self.state)
 
 
 class Job:
@@ -283,19 +353,32 @@ class Job:
         self.burst, self.id, self.store = burst, job_id, store
         self.layout = JobLayout(job_id)
         self._spec = spec
+        self.namespace: dict[str, Any] | None = None  # where a cell's values come back to (set at submission)
         self._described: tuple[str, float, str] | None = None  # (machine, when, its state): describe() cache
         self._cleaned_up = False
         self._supervisor: Supervisor | None = None
+        self._folder: JobFolder | None = None
 
     def __repr__(self) -> str:
         # No state here: a repr stays frozen in the notebook's Out while the job moves on.
-        return f"<nbburst.Job {self.spec.name} ({self.id})>"
+        try:
+            return f"<nbburst.Job {self.spec.name} ({self.id})>"
+        except signing.SignatureError:
+            return f"<nbburst.Job ({self.id}), cannot verify>"
+
+    @property
+    def folder(self) -> JobFolder:
+        """The job's objects in the Store, sealed under its key (:class:`~nbburst.protocol.signing.NoKey`
+        when this machine's key ring has no key for it)."""
+        if self._folder is None:
+            self._folder = JobFolder(self.store, self.layout, self.key())
+        return self._folder
 
     @property
     def spec(self) -> JobSpec:
         if self._spec is None:
             try:
-                self._spec = JobSpec.from_json(self.store.get(self.layout.spec))
+                self._spec = self.folder.spec()
             except NotFound:
                 raise JobNotFound(f"job {self.id} does not exist in {self.store.url}") from None
         return self._spec
@@ -306,7 +389,8 @@ class Job:
 
     @property
     def url(self) -> str:
-        return f"{self.store.url}/jobs/{self.id}"
+        """The job's URL (what its agent is started with)."""
+        return job_url(self.store.url, self.id)
 
     @property
     def machines(self) -> Machines:
@@ -314,22 +398,17 @@ class Job:
 
     # -- state --------------------------------------------------------------------
     def terminal(self) -> Terminal | None:
-        try:
-            return Terminal.from_json(self.store.get(self.layout.terminal))
-        except NotFound:
+        """The job's verdict, unless an attempt wrote it after a later one was claimed (protocol/fence.py)."""
+        terminal = self.folder.terminal()
+        if terminal is not None and not fence.stands(self.store, self.layout, terminal.attempt, self.layout.terminal):
             return None
+        return terminal
 
     def statuses(self) -> list[Status]:
-        return [Status.from_json(self.store.get(k)) for k in self.store.list(self.layout.status_prefix)]
+        return self.folder.statuses()
 
     def latest_status(self) -> Status | None:
-        keys = self.store.list(self.layout.status_prefix)
-        if not keys:
-            return None
-        try:
-            return Status.from_json(self.store.get(keys[-1]))
-        except NotFound:
-            return None
+        return self.folder.latest_status()
 
     @property
     def attempt(self) -> int:
@@ -338,14 +417,15 @@ class Job:
 
     @property
     def state(self) -> State:
-        return self._derive_state()[0]
+        return self.derive_state()[0]
 
     @property
     def status(self) -> State:
         """The job's state (``SUBMITTED`` ... ``SUCCEEDED``); an alias of :attr:`state`."""
         return self.state
 
-    def _derive_state(self) -> tuple[State, Status | None, Terminal | None]:
+    def derive_state(self) -> tuple[State, Status | None, Terminal | None]:
+        """The state with the status and verdict it was read from; a vanished machine reads as PREEMPTED."""
         terminal = self.terminal()
         status = self.latest_status()
         if terminal is not None:
@@ -364,18 +444,22 @@ class Job:
 
         Asked only once the heartbeat is late: after two missed beats for a started
         machine, after STALE_AFTER_SECONDS for a launch still in progress (its claim
-        has no ``launched`` time yet), so that a slow launch is never taken for a loss."""
+        has no ``launched`` time yet), so that a slow launch is never taken for a loss.
+        Late by the Store's clock (the status's last write), never by this machine's."""
         quiet = QUICK_STALE_SECONDS if (status.launched or status.state == State.RUNNING) else STALE_AFTER_SECONDS
-        if time.time() - status.heartbeat <= quiet:
+        try:
+            if self.store.age(self.layout.status(status.attempt)) <= quiet:
+                return False
+        except NotFound:
             return False
-        return self._machine_state(status) in (GONE, STOPPED)
+        return self.machine_state(status) in (GONE, STOPPED)
 
     def machine_of(self, status: Status | None = None) -> str:
         """The name of the machine of ``status``'s attempt (of the latest attempt by default)."""
         status = status or self.latest_status()
         return status.machine if status and status.machine else machine_name(self.id)
 
-    def _machine_state(self, status: Status, max_age: float = DESCRIBE_SECONDS) -> str:
+    def machine_state(self, status: Status, max_age: float = DESCRIBE_SECONDS) -> str:
         """The machine's state, asked of the backend at most every ``max_age`` seconds."""
         name = self.machine_of(status)
         cached = self._described
@@ -390,7 +474,7 @@ class Job:
     def key(self) -> bytes:
         return self.burst.keyring.get(self.id)
 
-    def _launch(self, attempt: int) -> None:
+    def launch(self, attempt: int) -> None:
         """Claim ``attempt`` (create-only, so two supervisors never both launch it) and start it."""
         claim = Status(
             attempt=attempt,
@@ -398,12 +482,13 @@ class Job:
             machine=machine_name(self.id),
             message=f"starting {self.spec.plan.get('machine_type', 'machine')}",
         )
-        self.store.create(self.layout.status(attempt), claim.to_json())
+        self.folder.put_status(claim, create=True)
+        fence.claim(self.store, self.layout, attempt)
         try:
             self.start_machine(claim, self.spec)
         except Exception as exc:
             reason = f"could not start the machine: {exc}"
-            self._commit(State.FAILED, reason, by="client")
+            self.commit(State.FAILED, reason, by="client")
             raise JobFailed(reason) from exc
 
     def start_machine(self, claim: Status, spec: JobSpec) -> None:
@@ -419,15 +504,16 @@ class Job:
         claim.launched = claim.heartbeat = time.time()
         key = self.layout.status(claim.attempt)
         try:
-            if Status.from_json(self.store.get(key)).launched == 0:
-                self.store.put(key, claim.to_json())
+            if Status.from_json(self.folder.get_record(key)).launched == 0:
+                self.folder.put_record(key, claim.to_json())
         except NotFound:
             pass
 
-    def _commit(self, state: State, reason: str, by: str) -> State:
+    def commit(self, state: State, reason: str, by: str) -> State:
+        """Write the job's verdict once (create-only); returns the state that won."""
         statuses = self.statuses()
         return commit_terminal(
-            self.store, self.layout, self.spec, state, reason, statuses[-1].attempt if statuses else 0, by, statuses
+            self.folder, self.spec, state, reason, statuses[-1].attempt if statuses else 0, by, statuses
         )
 
     def _cost(self, ended: float | None = None, statuses: list[Status] | None = None) -> dict[str, Any]:
@@ -468,7 +554,7 @@ class Job:
 
     # -- waiting and output -------------------------------------------------------------
     def tail(self) -> LogTail:
-        return LogTail(self.store, self.layout)
+        return LogTail(self.folder)
 
     def wait(
         self,
@@ -510,22 +596,24 @@ class Job:
 
     def logs(self, attempt: int | None = None) -> str:
         """The job's output as text (all attempts, or one)."""
-        return "".join(render_text(r) for r in self.tail().records(attempt))
+        return "".join(record_text(r) for r in self.tail().records(attempt))
 
     def cancel(self, wait_s: float = 15.0) -> State:
         """Stop the job: the machine is deleted and the state is CANCELLED, unless it already ended."""
         if self.terminal():
             return self.terminal().state  # type: ignore[union-attr]
+        request = json.dumps({"at": time.time()}).encode()
         try:
-            self.store.create(self.layout.cancel, json.dumps({"at": time.time()}).encode())
+            self.folder.create_record(self.layout.cancel, request)
         except AlreadyExists:
-            pass
+            if not self.folder.cancel_requested():  # a forged request in its place: ours replaces it
+                self.folder.put_record(self.layout.cancel, request)
         end = time.monotonic() + wait_s
         while time.monotonic() < end and self.terminal() is None:
             if self.latest_status() is None or self.machines.describe(self.machine_of()).state in (GONE, STOPPED):
                 break
             time.sleep(0.1)
-        state = self._commit(State.CANCELLED, "cancelled by the user", by="client")
+        state = self.commit(State.CANCELLED, "cancelled by the user", by="client")
         self.machines.delete(machine_name(self.id))
         return state
 
@@ -541,13 +629,18 @@ class Job:
             return ""
 
     # -- results --------------------------------------------------------------------------
-    def outcome(self) -> CellResult:
-        """The cell's result, or raise its exception; the job must have ended."""
+    def outcome(self, namespace: dict[str, Any] | None = None) -> CellResult:
+        """The cell's result, or raise its exception; the job must have ended.
+
+        Values are unpickled for ``namespace`` (by default the one the cell was captured from, else the
+        kernel's): notebook functions bind to it, unchanged inputs are its own objects, changed ones are
+        updated in it in place. Binding the names is :meth:`CellResult.merge_into`'s job."""
         __tracebackhide__ = True
         state = self.state
         if state == State.SUCCEEDED:
-            data = signing.verify(self.key(), self.store.get(self.layout.result), f"result of job {self.id}")
-            return CellResult(**payload.decode(bytearray(data)))
+            data = self.folder.get_object(self.layout.result)
+            target = namespace if namespace is not None else self.namespace
+            return CellResult.load(data, target if target is not None else user_namespace())
         if not state.terminal:
             raise JobFailed(f"job {self.id} has not finished (it is {state.value})", state.value)
         if self.store.exists(self.layout.error) and state == State.FAILED:
@@ -572,13 +665,21 @@ class Job:
         return outcome.last if self.spec.kind == "call" else outcome.values
 
     def info(self) -> dict[str, Any]:
-        """A JSON-ready summary for tables, the REST API and the sidebar."""
-        state, status, terminal = self._derive_state()
-        plan = self.spec.plan or {}
-        statuses = self.statuses() if status else []
+        """A JSON-ready summary for tables, the REST API and the sidebar.
+
+        A job whose objects cannot be verified here (no key: another user's; or a forged object) is
+        summed up as :data:`UNVERIFIED` with the reason, and nothing read from its folder."""
+        try:
+            state, status, terminal = self.derive_state()
+            plan = self.spec.plan or {}
+            statuses = self.statuses() if status else []
+        except signing.SignatureError as exc:
+            return unverified_info(self.id, exc)
         started = next((s.started for s in statuses if s.state != State.PROVISIONING), None)
         ended = terminal.at if terminal else None
-        elapsed = max(0.0, (ended or time.time()) - (started or self.spec.created))
+        # The job's wall time, as its view counts it: from submission (boot, environment, relaunches
+        # included), not from when the cell began, which leaves a quick cell on a slow machine at 0 s.
+        elapsed = max(0.0, (ended or time.time()) - self.spec.created)
         cost = (terminal.cost if terminal and terminal.cost else None) or self._cost(ended, statuses)
         return {
             "id": self.id,
@@ -611,6 +712,36 @@ class Job:
         }
 
 
+#: The state shown for a job whose objects cannot be verified on this machine (it is not a job state).
+UNVERIFIED = "UNVERIFIED"
+
+
+def unverified_info(job_id: str, why: signing.SignatureError) -> dict[str, Any]:
+    """:meth:`Job.info` of a job that cannot be verified here: its id, the time its id tells, and why."""
+    no_key = isinstance(why, signing.NoKey)
+    reason = "no key (submitted by another user or machine)" if no_key else str(why)
+    return {
+        "id": job_id,
+        "name": job_id,
+        "state": UNVERIFIED,
+        "unverified": "no key" if no_key else "refused",
+        "attempt": 0,
+        "backend": None,
+        "kind": None,
+        "machine": None,
+        "created": job_id_time(job_id) or 0.0,
+        "started": None,
+        "ended": None,
+        "elapsed_s": 0.0,
+        "cost_usd": 0.0,
+        "cost_per_hour_usd": 0.0,
+        "saving_usd": 0.0,
+        "cost": None,
+        "progress": None,
+        "message": f"cannot verify: {reason}",
+    }
+
+
 def raise_remote(info: dict[str, Any]) -> None:
     """Raise the remote exception here, with a traceback through the cell's own lines."""
     __tracebackhide__ = True
@@ -624,47 +755,31 @@ def raise_remote(info: dict[str, Any]) -> None:
 
 
 class LogTail:
-    """Reads a job's log chunks in order, each once, across attempts."""
+    """Reads a job's log chunks in order, each once, across attempts; a forged chunk is shown as refused."""
 
-    def __init__(self, store: Store, layout: JobLayout):
-        self.store, self.layout = store, layout
+    def __init__(self, folder: JobFolder):
+        self.folder, self.store, self.layout = folder, folder.store, folder.layout
         self.seen: set[str] = set()
 
-    def _keys(self, attempt: int | None = None) -> list[str]:
-        prefix = self.layout.attempt_logs(attempt) if attempt else self.layout.logs_prefix
-        return self.store.list(prefix)
-
-    def poll(self) -> Iterator[dict[str, Any]]:
-        for key in self._keys():
-            if key in self.seen:
-                continue
-            self.seen.add(key)
-            attempt = int(key.split("/")[-2])
-            if key.endswith("/00000000") and attempt > 1:
-                yield {"s": "event", "x": f"--- attempt {attempt} ---\n", "attempt": attempt}
-            for record in decode_records(self.store.get(key)):
+    def _read(self, keys: list[str], markers: bool) -> Iterator[dict[str, Any]]:
+        """The records of these chunks, each tagged with its attempt; a marker where each attempt after
+        the first begins."""
+        for key in keys:
+            attempt = int(part) if (part := key.split("/")[-2]).isdigit() else 0
+            if markers and attempt > 1 and key.endswith("/00000000"):
+                yield attempt_marker(attempt)
+            for record in self.folder.log_records(key):
                 record["attempt"] = attempt
                 yield record
 
+    def poll(self) -> Iterator[dict[str, Any]]:
+        """The records of the chunks not read before."""
+        fresh = [key for key in self.store.list(self.layout.logs_prefix) if key not in self.seen]
+        for key in fresh:
+            self.seen.add(key)
+            yield from self._read([key], markers=True)
+
     def records(self, attempt: int | None = None) -> list[dict[str, Any]]:
         """All records (of one attempt), with a marker where each attempt after the first began."""
-        out: list[dict[str, Any]] = []
-        for key in self._keys(attempt):
-            number = int(key.split("/")[-2])
-            if key.endswith("/00000000") and number > 1 and attempt is None:
-                out.append({"s": "event", "x": f"--- attempt {number} ---\n", "attempt": number})
-            out.extend(decode_records(self.store.get(key)))
-        return out
-
-
-def render_text(record: dict[str, Any]) -> str:
-    kind = record.get("s")
-    if kind in ("stdout", "stderr"):
-        return record.get("x", "")
-    if kind == "display":
-        mimes = ", ".join(sorted(record.get("data", {})))
-        return f"[display: {mimes}]\n"
-    if kind == "event":
-        text = record.get("x", "")
-        return text if text.endswith("\n") else text + "\n"
-    return ""
+        prefix = self.layout.attempt_logs(attempt) if attempt else self.layout.logs_prefix
+        return list(self._read(self.store.list(prefix), markers=attempt is None))

@@ -14,13 +14,19 @@ import ast
 import re
 import symtable
 import types
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import CaptureError
+from ..errors import UsageError
+from ..protocol.imports import loaded_submodules
+from ..protocol.transfer import names_in
+from .cellcode import check_syntax, dynamic, embedded
 
-# IPython's history and helpers: never sent, never brought back.
-_HIDDEN = re.compile(r"^(_|__|___|_i|_ii|_iii|_i\d+|_\d+|_ih|_oh|_dh|In|Out|get_ipython|exit|quit|display)$")
+# IPython's input and output history: rebound by IPython at every cell, never sent, never brought back.
+# Other names IPython puts in the namespace (display, exit, open, In...) are left out only while they
+# still hold IPython's own object: a user's ``display = ConfusionMatrixDisplay(...)`` travels.
+_HISTORY = re.compile(r"^(_|__|___|_i|_ii|_iii|_i\d+|_\d+|_ih|_oh|_dh)$")
 
 
 @dataclass
@@ -29,14 +35,14 @@ class CellAnalysis:
     assigns: list[str]
     deletes: list[str]
     last_expr: bool
+    dynamic: bool = False  # may bind names its syntax does not show (star import, exec, magics)
 
 
 def analyse(code: str) -> CellAnalysis:
-    """Names read before assignment, names bound, names deleted (in source order)."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError as exc:
-        raise CaptureError(f"the cell has a syntax error on line {exc.lineno}: {exc.msg}") from None
+    """Names read before assignment, names bound, names deleted (in source order); the code that
+    magics run counts as the cell's own."""
+    check_syntax(code)
+    tree = ast.parse(code)
     reads: dict[str, None] = {}
     _scan(tree.body, set(), reads)
     table = symtable.symtable(code, "<cell>", "exec")
@@ -51,9 +57,14 @@ def analyse(code: str) -> CellAnalysis:
             if sym.is_declared_global() and sym.is_assigned():
                 assigns.setdefault(sym.get_name())
     ordered = [n for n in _names_in_order(tree) if n in assigns]
+    magics = embedded(tree)
+    for inner in map(analyse, magics.code):
+        reads.update((n, None) for n in inner.reads)
+        ordered += [n for n in inner.assigns if n not in ordered]
+    ordered += [n for n in magics.binds if n not in ordered]
     deletes = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Del)]
     last_expr = bool(tree.body) and isinstance(tree.body[-1], ast.Expr)
-    return CellAnalysis(list(reads), ordered, sorted(set(deletes)), last_expr)
+    return CellAnalysis(list(reads), ordered, sorted(set(deletes)), last_expr, dynamic(tree))
 
 
 _SCOPES = (
@@ -187,29 +198,69 @@ class Capture:
     values: dict[str, Any] = field(default_factory=dict)  # name -> object
     outputs: list[str] = field(default_factory=list)
     deletes: list[str] = field(default_factory=list)
+    submodules: list[str] = field(default_factory=list)  # loaded here under the packages the cell uses
+    returns: list[str] | None = None  # inputs whose in-place changes may come back (None: all)
+    namespace: dict[str, Any] | None = None  # where the values come back to
+    optional: frozenset[str] = frozenset()  # values only named in strings: sent if they can be pickled
 
 
 def capture(
-    code: str, namespace: dict[str, Any], out: list[str] | None = None, hidden: set[str] | frozenset[str] = frozenset()
+    code: str, namespace: dict[str, Any], out: list[str] | None = None, hidden: Mapping[str, Any] | None = None
 ) -> Capture:
-    """Pick the inputs of ``code`` from ``namespace`` and the outputs to bring back."""
+    """Pick the inputs of ``code`` from ``namespace`` and the outputs to bring back.
+
+    ``hidden`` is what IPython put in the namespace (``shell.user_ns_hidden``):
+    a name is left out only while it still holds IPython's object.
+    """
     analysis = analyse(code)
-    result = Capture()
-    for name in analysis.reads:
-        if name not in namespace or _HIDDEN.match(name) or name in hidden:
+    hidden = hidden or {}
+    result = Capture(namespace=namespace, returns=None if out is None else list(out))
+    tree = ast.parse(code)
+    mentioned = set(_named_in_strings(tree)) - set(analysis.reads)
+    result.optional = frozenset(mentioned)
+    for name in [*analysis.reads, *sorted(mentioned)]:
+        if name not in namespace or _HISTORY.match(name) or (name in hidden and hidden[name] is namespace[name]):
             continue
         value = namespace[name]
         if isinstance(value, types.ModuleType):
             result.modules[name] = value.__name__
         else:
             result.values[name] = value
-    outputs = [n for n in analysis.assigns if not _HIDDEN.match(n)]
+    outputs = [n for n in analysis.assigns if not _HISTORY.match(n)]
     if out is not None:
+        unknown = [n for n in out if n not in analysis.assigns and n not in analysis.reads]
+        if unknown and not analysis.dynamic:
+            raise UsageError(
+                f"--out: the cell never assigns {', '.join(map(repr, unknown))}; "
+                f"it assigns {', '.join(outputs) or 'nothing'}. Nothing was launched."
+            )
         result.outputs = list(out)
     else:
         result.outputs = outputs
     result.deletes = list(analysis.deletes)  # the machine reports which are really gone
+    result.submodules = loaded_submodules(_packages(tree, result))
     return result
+
+
+def _named_in_strings(tree: ast.AST) -> list[str]:
+    """Names written in the cell's strings: formulas (``"y ~ np.log(x)"``), ``df.query("a > @lim")``
+    and ``eval`` look them up in the notebook's namespace, so they travel when they exist there."""
+    texts = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    return [name for text in texts for name in names_in(text)]
+
+
+def _packages(tree: ast.AST, cap: Capture) -> set[str]:
+    """Top-level packages the cell uses: the ones it imports, its modules' and its values' own."""
+    found = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    found |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level}
+    found |= set(cap.modules.values())
+    for value in cap.values.values():
+        found.add(type(value).__module__)
+        try:
+            found.add(value.__module__)  # a function's or class's own module
+        except Exception:
+            continue
+    return {name.partition(".")[0] for name in found if isinstance(name, str)} - {"builtins", "__main__"}
 
 
 def describe_type(value: Any) -> str:

@@ -4,25 +4,29 @@
 the Jupyter server and ``nbburst supervise`` on every pass, see
 :func:`run_forever`). One step:
 
-1. read the job's state (``Job._derive_state``: a machine that is stopped or
+1. read the job's state (``Job.derive_state``: a machine that is stopped or
    gone without a terminal state is PREEMPTED, whatever the agent managed to
    write);
 2. if it is PREEMPTED and its machine is really down, take the job's lease: an
    object ``lease/<n>.json`` in the job folder, created create-only and valid
-   for ``LEASE_SECONDS``; its holder renews it, anyone may take over an expired
-   one by creating ``lease/<n+1>.json`` (create-only, so one taker wins);
+   for ``LEASE_SECONDS`` after its last write by the Store's clock (never a
+   supervisor's own, which may be off by hours); its holder renews it, anyone
+   may take over an expired one by creating ``lease/<n+1>.json`` (create-only,
+   so one taker wins);
 3. settle what needs no machine: a result or an error already written (the
    machine died between the result and the verdict), a cancellation, the time
    limit, ``--max-restarts`` (then FAILED, with the attempts' history);
 4. claim the next attempt (its status, create-only: even two supervisors that
-   both think they hold the lease cannot launch it twice) and restart the
-   machine: ``Machines.restart`` starts the stopped VM, or creates a new one
+   both think they hold the lease cannot launch it twice; then its claim marker,
+   whose Store time fences the attempt before, see protocol/fence.py) and
+   restart the machine: ``Machines.restart`` starts the stopped VM, or creates a new one
    when it is gone;
-5. no capacity: back off (``BACKOFF``) and retry the same attempt, in the next
-   zone with ``--zone auto``, and on a standard VM with
-   ``--fallback-on-demand`` once spot capacity failed everywhere. The retry
-   state and the history live in ``relaunch.json``, so another supervisor can
-   carry on.
+5. no capacity (the Machines port's ``NoCapacity``, caught by its type: each
+   adapter translates its cloud's errors into it): back off (``BACKOFF``) and
+   retry the same attempt, in the next zone with ``--zone auto``, and on a
+   standard VM with ``--fallback-on-demand`` once spot capacity failed
+   everywhere. The retry state and the history live in ``relaunch.json``, so
+   another supervisor can carry on.
 """
 
 from __future__ import annotations
@@ -38,10 +42,13 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..machines.base import GONE, STOPPED, machine_name
+from ..machines.base import GONE, STOPPED, NoCapacity, machine_name
+from ..protocol import fence
 from ..protocol.job import STALE_AFTER_SECONDS, State, Status
 from ..protocol.outcome import error_summary, timeout_reason
+from ..protocol.signing import SignatureError
 from ..store import AlreadyExists, NotFound
+from ..store.base import elapsed
 
 if TYPE_CHECKING:
     from .burst import Burst, Job
@@ -49,35 +56,6 @@ if TYPE_CHECKING:
 LEASE_SECONDS = 30.0
 BACKOFF = (5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 300.0)  # seconds between tries when there is no capacity
 MAX_CAPACITY_TRIES = 50
-CAPACITY_MARKERS = (
-    "ZONE_RESOURCE_POOL_EXHAUSTED",
-    "STOCKOUT",
-    "does not have enough resources",
-    "resource pool exhausted",
-    "no capacity",
-    "insufficient capacity",
-)
-
-
-class NoCapacity(Exception):
-    """The backend could not get a machine now (spot stock-out, zone exhausted); a retry may succeed.
-
-    Machines adapters raise it (or a subclass, or anything with ``no_capacity = True``) from
-    ``launch``/``restart``; ``zone`` names the zone that had none, when known.
-    """
-
-    no_capacity = True
-
-    def __init__(self, message: str, zone: str | None = None):
-        super().__init__(message)
-        self.zone = zone
-
-
-def is_no_capacity(exc: BaseException) -> bool:
-    if isinstance(exc, NoCapacity) or getattr(exc, "no_capacity", False):
-        return True
-    text = f"{type(exc).__name__}: {exc}".lower()
-    return any(m.lower() in text for m in CAPACITY_MARKERS)
 
 
 _HOLDER: tuple[int, str] | None = None
@@ -95,37 +73,52 @@ def holder_id() -> str:
 
 
 class Lease:
-    """One supervisor per job: the newest ``lease/<n>.json`` that has not expired names it."""
+    """One supervisor per job: the newest ``lease/<n>.json`` written less than its ``seconds`` ago (by the
+    Store's clock) names it; one released (``seconds`` 0) names nobody."""
 
     def __init__(self, job: Job, holder: str | None = None, seconds: float = LEASE_SECONDS):
-        self.store, self.prefix = job.store, job.layout.lease_prefix
+        self.store, self.folder, self.prefix = job.store, job.folder, job.layout.lease_prefix
         self.holder = holder or holder_id()
         self.seconds = seconds
         self.number: int | None = None  # the lease object we hold
-        self.expires = 0.0
+        self.until = 0.0  # elapsed() until which it is ours: it was written after we started writing it
 
     def _key(self, n: int) -> str:
         return f"{self.prefix}{n:08d}.json"
 
-    def _body(self, expires: float) -> bytes:
-        return json.dumps({"holder": self.holder, "expires": expires, "at": time.time()}).encode()
+    def _body(self, seconds: float) -> bytes:
+        """``expires`` is for people reading the record (the Store's clock); the lease runs ``seconds`` from the
+        object's last write, as the Store stamped it."""
+        expires = self.store.now() + seconds if seconds else 0.0
+        return json.dumps({"holder": self.holder, "seconds": seconds, "expires": expires}).encode()
 
     def current(self) -> tuple[int, dict[str, Any]] | None:
         for key in reversed(self.store.list(self.prefix)):
             try:
-                return int(key.rsplit("/", 1)[1].split(".")[0]), json.loads(self.store.get(key))
+                return int(key.rsplit("/", 1)[1].split(".")[0]), json.loads(self.folder.get_record(key))
             except (NotFound, ValueError):
                 continue
         return None
 
     @property
     def held(self) -> bool:
-        return self.number is not None and time.time() < self.expires
+        return self.number is not None and elapsed() < self.until
+
+    def _in_force(self, n: int, body: dict[str, Any]) -> bool:
+        seconds = float(body.get("seconds") or 0)
+        try:
+            return seconds > 0 and self.store.age(self._key(n)) < seconds
+        except NotFound:
+            return False
+
+    def _write(self, n: int, create: bool) -> None:
+        started = elapsed()
+        (self.folder.create_record if create else self.folder.put_record)(self._key(n), self._body(self.seconds))
+        self.number, self.until = n, started + self.seconds
 
     def acquire(self) -> bool:
         """Take or renew the lease; False while another supervisor holds it."""
-        now = time.time()
-        if self.held and self.expires - now > self.seconds / 2:
+        if self.held and self.until - elapsed() > self.seconds / 2:
             return True  # renewed recently enough: no Store round trip
         found = self.current()
         if found is not None:
@@ -134,23 +127,19 @@ class Lease:
                 if self._key(n + 1) in self.store.list(self.prefix):
                     self.number = None  # taken over meanwhile
                     return False
-                self.expires = now + self.seconds
-                self.store.put(self._key(n), self._body(self.expires))
-                self.number = n
+                self._write(n, create=False)
                 return True
-            if body.get("expires", 0) > now:
+            if self._in_force(n, body):
                 self.number = None
                 return False
             target = n + 1
         else:
             target = 0
-        self.expires = now + self.seconds
         try:
-            self.store.create(self._key(target), self._body(self.expires))
+            self._write(target, create=True)
         except AlreadyExists:
             self.number = None
             return False
-        self.number = target
         for key in self.store.list(self.prefix):  # the expired ones
             if key < self._key(target):
                 self.store.delete(key)
@@ -160,11 +149,11 @@ class Lease:
         """Let another supervisor take over at once."""
         if self.number is not None:
             try:
-                self.store.put(self._key(self.number), self._body(0.0))
+                self.folder.put_record(self._key(self.number), self._body(0.0))
             except Exception:
                 pass
             self.number = None
-            self.expires = 0.0
+            self.until = 0.0
 
     def drop(self) -> None:
         """The job has ended: remove every lease object."""
@@ -189,7 +178,7 @@ class Supervisor:
     # -- state ---------------------------------------------------------------------------------
     def step(self) -> State:
         job = self.job
-        state, status, terminal = job._derive_state()
+        state, status, terminal = job.derive_state()
         if terminal is not None:
             if not self.ended:  # once: leave no lease behind
                 self.ended = True
@@ -197,13 +186,13 @@ class Supervisor:
                     self.lease.drop()
             return state
         if status is None:
-            if time.time() - job.spec.created < STALE_AFTER_SECONDS:
+            if job.store.age(job.layout.spec) < STALE_AFTER_SECONDS:
                 return State.SUBMITTED
             # the submitter died between writing the job and claiming its first attempt
             return self._relaunch(None) if self.lease.acquire() else State.SUBMITTED
         if state != State.PREEMPTED:
             return state
-        if job._machine_state(status, max_age=0.5) not in (GONE, STOPPED):
+        if job.machine_state(status, max_age=0.5) not in (GONE, STOPPED):
             return state  # still shutting down
         if not self.lease.acquire():
             return state  # another supervisor has it
@@ -211,15 +200,14 @@ class Supervisor:
 
     # -- relaunch --------------------------------------------------------------------------------
     def _relaunch(self, status: Status | None) -> State:
-        job, store, layout, spec = self.job, self.job.store, self.job.layout, self.job.spec
+        job, spec = self.job, self.job.spec
         settled = self._settle()
         if settled is not None:
             return settled
         plan = self._load()
         waiting = plan.get("waiting")
-        now = time.time()
         if status is not None and waiting and waiting.get("attempt") == status.attempt:
-            if now < waiting.get("next_try", 0):
+            if job.store.now() < waiting.get("next_try", 0):
                 return State.PREEMPTED  # backing off: no capacity at the last try
             attempt = status.attempt
             retry = True
@@ -239,21 +227,22 @@ class Supervisor:
             message="relaunching after preemption" if attempt > 1 else "starting",
         )
         if retry:
-            store.put(layout.status(attempt), claim.to_json())  # ours: we hold the lease and the retry
+            job.folder.put_status(claim)  # ours: we hold the lease and the retry
         else:
             try:
-                store.create(layout.status(attempt), claim.to_json())
+                job.folder.put_status(claim, create=True)
             except AlreadyExists:
                 return State.PROVISIONING  # another supervisor relaunched it
+            fence.claim(job.store, job.layout, attempt)
         resources = self._resources(waiting)
         launch_spec = dataclasses.replace(spec, resources=resources)
         try:
             job.start_machine(claim, launch_spec)
+        except NoCapacity as exc:
+            return self._no_capacity(attempt, claim, resources, waiting, exc)
         except Exception as exc:
-            if is_no_capacity(exc):
-                return self._no_capacity(attempt, claim, resources, waiting, exc)
             self._event(plan, attempt, "failed", str(exc), resources)
-            return job._commit(
+            return job.commit(
                 State.FAILED, f"could not restart the machine for attempt {attempt}: {exc}", by="supervisor"
             )
         plan["waiting"] = None
@@ -264,14 +253,14 @@ class Supervisor:
     def _settle(self) -> State | None:
         """End the job without a machine when nothing is left to run."""
         job, store, layout = self.job, self.job.store, self.job.layout
-        if store.exists(layout.result):
-            return job._commit(State.SUCCEEDED, "", by="supervisor")
-        if store.exists(layout.error):
-            return job._commit(State.FAILED, error_summary(store, layout, job.key()), by="supervisor")
-        if store.exists(layout.cancel):
-            return job._commit(State.CANCELLED, "cancelled by the user", by="supervisor")
-        if time.time() > job.spec.created + job.spec.timeout_s:
-            return job._commit(State.FAILED, timeout_reason(job.spec), by="supervisor")
+        if job.folder.holds(layout.result):  # genuine: a forged one in its place settles nothing
+            return job.commit(State.SUCCEEDED, "", by="supervisor")
+        if job.folder.holds(layout.error):
+            return job.commit(State.FAILED, error_summary(store, layout, job.key()), by="supervisor")
+        if job.folder.cancel_requested():
+            return job.commit(State.CANCELLED, "cancelled by the user", by="supervisor")
+        if job.store.now() > job.store.updated(layout.spec) + job.spec.timeout_s:  # the Store's clock, as the agent's
+            return job.commit(State.FAILED, timeout_reason(job.spec), by="supervisor")
         return None
 
     def _resources(self, waiting: dict[str, Any] | None) -> Any:
@@ -301,14 +290,14 @@ class Supervisor:
         return list((job.spec.plan or {}).get("extra", {}).get("zones") or [])
 
     def _no_capacity(
-        self, attempt: int, claim: Status, resources: Any, waiting: dict[str, Any] | None, exc: BaseException
+        self, attempt: int, claim: Status, resources: Any, waiting: dict[str, Any] | None, exc: NoCapacity
     ) -> State:
         job, spec = self.job, self.job.spec
         plan = self._load()
         tries = (waiting or {}).get("tries", 0) + 1
         if tries >= MAX_CAPACITY_TRIES:
             return self._give_up(f"no capacity for attempt {attempt} after {tries} tries ({exc})")
-        zone = getattr(exc, "zone", None) or resources.zone or (spec.plan or {}).get("zone")
+        zone = exc.zone or resources.zone or (spec.plan or {}).get("zone")
         zones = self._zones()
         tried = list((waiting or {}).get("zones_tried", []))
         if zone and zone not in tried:
@@ -327,7 +316,7 @@ class Supervisor:
         plan["waiting"] = {
             "attempt": attempt,
             "tries": tries,
-            "next_try": time.time() + delay,
+            "next_try": job.store.now() + delay,
             "zone": next_zone,
             "zones_tried": tried,
             "on_demand": on_demand,
@@ -341,18 +330,18 @@ class Supervisor:
         claim.state = State.PREEMPTED
         claim.message = f"no capacity{where}{nxt}"
         claim.heartbeat = time.time()
-        job.store.put(job.layout.status(attempt), claim.to_json())
+        job.folder.put_status(claim)
         self._event(plan, attempt, "no-capacity", f"{exc}", resources)
         return State.PREEMPTED
 
     def _give_up(self, reason: str) -> State:
         table = history_text(self.job)
-        return self.job._commit(State.FAILED, f"{reason}. Attempts: {table}" if table else reason, by="supervisor")
+        return self.job.commit(State.FAILED, f"{reason}. Attempts: {table}" if table else reason, by="supervisor")
 
     # -- relaunch.json -------------------------------------------------------------------------
     def _load(self) -> dict[str, Any]:
         try:
-            return json.loads(self.job.store.get(self.job.layout.relaunch))
+            return json.loads(self.job.folder.get_record(self.job.layout.relaunch))
         except (NotFound, ValueError):
             return {"waiting": None, "events": []}
 
@@ -369,7 +358,7 @@ class Supervisor:
             }
         )
         plan["events"] = plan["events"][-200:]
-        self.job.store.put(self.job.layout.relaunch, json.dumps(plan, indent=1).encode())
+        self.job.folder.put_record(self.job.layout.relaunch, json.dumps(plan).encode())
 
 
 # -- history --------------------------------------------------------------------------------------
@@ -382,7 +371,7 @@ def attempts(job: Job) -> list[dict[str, Any]]:
     """
     statuses = job.statuses()
     terminal = job.terminal()
-    derived = job._derive_state()[0] if statuses else State.SUBMITTED
+    derived = job.derive_state()[0] if statuses else State.SUBMITTED
     rows = []
     for i, s in enumerate(statuses):
         last = i == len(statuses) - 1
@@ -438,22 +427,38 @@ def timeline(job: Job) -> Any:
 
 
 def run_once(
-    burst: Burst, supervisors: dict[str, Supervisor] | None = None, report: Callable[[Job, State], None] | None = None
+    burst: Burst,
+    supervisors: dict[str, Supervisor] | None = None,
+    report: Callable[[Job, State], None] | None = None,
+    ended: set[str] | None = None,
 ) -> int:
-    """Step every unfinished job whose key this session has; returns how many were relaunched."""
+    """Step every unfinished job whose key this session has; returns how many were relaunched.
+
+    ``supervisors`` (job id -> its supervisor) holds the unfinished jobs between rounds; ``ended`` the ids of
+    jobs seen ended, which later rounds skip without reading them again."""
     supervisors = supervisors if supervisors is not None else {}
+    ended = ended if ended is not None else set()
     relaunched = 0
-    for job in burst.jobs():
-        if not burst.keyring.has(job.id):
-            continue  # someone else's job: they hold its key, they resume it
-        sup = supervisors.get(job.id)
-        if sup is None:
-            if job.terminal() is not None:
-                continue
-            sup = supervisors[job.id] = Supervisor(job)
-        before = sup.job.attempt
+    listed = burst.jobs()
+    for gone in set(supervisors) - {job.id for job in listed}:  # deleted meanwhile (nbburst gc)
+        supervisors.pop(gone)
+    for job in listed:
+        if job.id in ended or not burst.keyring.has(job.id):
+            continue  # ended, or someone else's job: they hold its key, they resume it
         try:
+            sup = supervisors.get(job.id)
+            if sup is None:
+                if job.terminal() is not None:
+                    ended.add(job.id)
+                    continue
+                sup = supervisors[job.id] = Supervisor(job)
+            before = sup.job.attempt
             state = sup.step()
+        except SignatureError as exc:  # a job this session cannot verify is not one it may act on
+            print(f"nbburst supervise: job {job.id}: {exc}")
+            supervisors.pop(job.id, None)
+            ended.add(job.id)
+            continue
         except Exception as exc:  # one job's trouble never stops the others
             print(f"nbburst supervise: job {job.id}: {type(exc).__name__}: {exc}")
             continue
@@ -463,6 +468,7 @@ def run_once(
             report(sup.job, state)
         if state.terminal:
             supervisors.pop(job.id, None)
+            ended.add(job.id)
     return relaunched
 
 
@@ -479,10 +485,11 @@ def run_forever(
     """
     stop = stop or threading.Event()
     supervisors: dict[str, Supervisor] = {}
+    ended: set[str] = set()
     try:
         while not stop.is_set():
             try:
-                run_once(burst, supervisors, report)
+                run_once(burst, supervisors, report, ended)
             except Exception as exc:  # the Store is unreachable: try again next time
                 print(f"nbburst supervise: cannot list jobs: {type(exc).__name__}: {exc}")
             stop.wait(interval)

@@ -1,22 +1,36 @@
-"""Machines adapters, chosen by backend name."""
+"""Machines adapters, chosen by backend name from one registry (:mod:`nbburst.protocol.backends`).
+
+The adapter's module is imported on first use, so the local backend never imports a cloud
+client; a missing dependency is a :class:`UsageError` that says what to install.
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
+from ..errors import UsageError
+from ..protocol import backends
 from .base import MachineInfo, Machines, Plan
 
 if TYPE_CHECKING:
     from ..config import NBBurst
 
-__all__ = ["MachineInfo", "Machines", "Plan", "open_machines"]
+__all__ = ["MachineInfo", "Machines", "Plan", "machines_class", "open_machines"]
+
+
+def machines_class(backend: str) -> type[Machines]:
+    """The Machines adapter class of ``backend`` (imported now)."""
+    entry = backends.get(backend)
+    module_name, _, class_name = entry.machines.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        hint = f"; install it with `{entry.install_hint}`" if entry.install_hint else ""
+        raise UsageError(f"the {backend} backend cannot be used here: {exc}{hint}") from exc
+    return getattr(module, class_name)
 
 
 def open_machines(backend: str, settings: NBBurst) -> Machines:
-    if backend == "gce":
-        from .gce.machines import GCEMachines
-
-        return GCEMachines(settings)
-    from .local import LocalMachines
-
-    return LocalMachines(settings)
+    """A Machines adapter for ``backend`` configured by ``settings``."""
+    return machines_class(backend)(settings)

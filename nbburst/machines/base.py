@@ -4,19 +4,41 @@ Both adapters run the same agent; they differ only in what a "machine" is (a
 process group here, a VM on Compute Engine). ``plan`` runs before anything is
 written or launched, so an option a backend cannot honour fails while it is
 still free.
+
+The port declares its errors, so callers catch them by type and never by the
+wording of a cloud's message: :class:`~nbburst.errors.UsageError` (and its
+:class:`~nbburst.errors.UnsupportedOption`) from ``plan`` for what cannot be
+had, :class:`NoCapacity` from ``launch``/``restart`` when there is no machine
+to be had right now, :class:`~nbburst.errors.BurstError` for any other failure.
+Each adapter translates its cloud's errors into these in one place, and passes
+the contract suite (tests/test_machines_contract.py).
 """
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..errors import BurstError
 from ..protocol.job import JobSpec, Resources
 
 # Machine states as the client sees them. STOPPED and GONE without a terminal
 # job state mean the job was preempted.
 PROVISIONING, RUNNING, STOPPING, STOPPED, GONE = "PROVISIONING", "RUNNING", "STOPPING", "STOPPED", "GONE"
+
+
+class NoCapacity(BurstError):
+    """No machine can be had now (spot stock-out, zone exhausted); the same request may succeed later.
+
+    ``launch`` and ``restart`` raise it; ``zone`` names the zone that had none, when known. The
+    supervisor backs off and tries again (in another zone with ``--zone auto``).
+    """
+
+    def __init__(self, message: str, zone: str | None = None):
+        super().__init__(message)
+        self.zone = zone
 
 
 @dataclass
@@ -77,35 +99,61 @@ class Machines(abc.ABC):
 
     @abc.abstractmethod
     def plan(self, resources: Resources) -> Plan:
-        """Choose a machine for ``resources``; raise UsageError if it cannot be had."""
+        """Choose a machine for ``resources`` without creating anything.
+
+        Raises UnsupportedOption for an option this backend cannot honour and UsageError for what
+        cannot be had (more cores than exist, no quota, a missing image...): nothing is launched yet.
+        """
+
+    def check_environment(self, code: str, modules: Iterable[str]) -> None:
+        """Refuse, with UsageError and before anything is written, a job whose cell (``code``, and the modules
+        its inputs name) needs a package this backend's machines cannot have. The default: they share the
+        notebook's environment."""
+        return None
 
     @abc.abstractmethod
     def launch(self, spec: JobSpec, job_url: str, key: bytes, attempt: int) -> str:
-        """Start a machine running the agent for ``spec``; returns the machine name."""
+        """Start a machine running the agent for attempt ``attempt`` of the job at ``job_url``.
+
+        Returns ``machine_name(spec.job_id)``. Raises NoCapacity when no machine can be had now,
+        BurstError when it could not be started for another reason.
+        """
 
     @abc.abstractmethod
     def describe(self, name: str) -> MachineInfo:
-        """The machine's state; GONE when it no longer exists."""
+        """The machine's state: PROVISIONING, RUNNING, STOPPING, STOPPED or GONE.
+
+        A machine that does not exist (deleted, or never made) is ``MachineInfo(name, job_id="",
+        state=GONE)``; describing never raises for a missing machine.
+        """
 
     @abc.abstractmethod
     def restart(self, name: str, spec: JobSpec, job_url: str, key: bytes, attempt: int) -> str:
-        """Bring a stopped machine back (or make a new one); returns the machine name."""
+        """Bring a STOPPED machine back, or make a new one when it is GONE; returns the machine name.
+
+        Raises NoCapacity and BurstError as ``launch`` does; an adapter may refuse, with BurstError, a
+        machine that has not stopped yet.
+        """
 
     @abc.abstractmethod
     def delete(self, name: str) -> None:
-        """Remove the machine; no-op when it is gone."""
+        """Remove the machine; a no-op when it is gone. Afterwards ``describe`` says GONE (at once, or as
+        soon as the cloud has finished deleting it)."""
 
     @abc.abstractmethod
     def list(self, job_id: str | None = None) -> list[MachineInfo]:
-        """Machines that carry nbburst's labels (of one job, or all)."""
+        """Machines that carry nbburst's labels (of one job, or all), never anyone else's."""
 
     @abc.abstractmethod
     def preempt(self, name: str, grace_s: float) -> None:
-        """Simulate an eviction: soft-off signal, ``grace_s`` seconds, then hard off."""
+        """Simulate an eviction: soft-off signal, ``grace_s`` seconds, then hard off (STOPPED or GONE).
+
+        Raises UsageError when the machine does not exist.
+        """
 
     @abc.abstractmethod
     def console(self, name: str) -> str:
-        """Boot/console output of the machine (serial port on Compute Engine)."""
+        """Boot/console output of the machine (serial port on Compute Engine); "" when there is none."""
 
     def cleanup(self, name: str) -> None:
         """The job has ended: remove its machine if it is still there. The agent normally ends its own
@@ -115,4 +163,5 @@ class Machines(abc.ABC):
 
 
 def machine_name(job_id: str) -> str:
+    """The name of a job's machine: one per job, the same for every attempt."""
     return f"nbburst-{job_id}"

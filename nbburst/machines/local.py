@@ -1,12 +1,22 @@
 """LocalMachines: each machine is the agent in a process group of its own.
 
-A registry file per machine (pid, process start time, job) lets a restarted
-kernel, the CLI or the Jupyter server find and stop machines it did not
-start; the start time guards against a recycled pid.
+A registry file per machine (pid, process start time, job, attempt) lets a
+restarted kernel, the CLI or the Jupyter server find and stop machines it did
+not start; the start time guards against a recycled pid. Records are written
+and removed under a lock of their own, and removed only by whoever still sees
+the record it acted on: a preemption that ends attempt N never removes the
+record of attempt N+1, launched meanwhile by a supervisor.
+
+Every process of a machine carries its attempt's marker (``$NBBURST_ATTEMPT``,
+see agent/spawn.py), so deleting or preempting a machine also ends what left
+its process groups (``setsid``, a double fork): a machine that is gone runs
+nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -14,13 +24,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 
 from .. import config
 from ..errors import UnsupportedOption, UsageError
-from ..protocol.job import ENV_ATTEMPT, ENV_CPUS, ENV_JOB_KEY, ENV_MACHINE, JobSpec, Resources
+from ..protocol import processes
+from ..protocol.job import ENV_ATTEMPT, ENV_CPUS, ENV_JOB_KEY, ENV_MACHINE, JobSpec, Resources, attempt_tag
 from .base import GONE, RUNNING, Check, MachineInfo, Machines, Plan, machine_name
 
 THREAD_VARS = (
@@ -91,6 +103,29 @@ class LocalMachines(Machines):
     def console_path(self, name: str) -> Path:
         return self.folder / f"{name}.console"
 
+    @contextlib.contextmanager
+    def _locked(self, name: str) -> Iterator[None]:
+        """Hold the lock of ``name``'s record (across processes: kernel, CLI, server, supervisors)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.folder / f".{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _forget(self, name: str, record: dict) -> None:
+        """Remove ``name``'s record if it is still ``record`` (not one written meanwhile for a later attempt)."""
+        with self._locked(name):
+            now = self._load(name)
+            if now is not None and (now["pid"], now["started"]) == (record["pid"], record["started"]):
+                self._record(name).unlink(missing_ok=True)
+
+    def _sweep(self, record: dict) -> None:
+        """End what is left of ``record``'s attempt (and of earlier ones) outside its process groups."""
+        attempt = int(record.get("attempt") or 0)
+        processes.sweep(record["job_id"], lambda n: n <= attempt)
+
     def launch(self, spec: JobSpec, job_url: str, key: bytes, attempt: int) -> str:
         name = machine_name(spec.job_id)
         cpus = spec.plan.get("extra", {}).get("cpus") or available_cpus()[: spec.resources.cores or None]
@@ -101,7 +136,7 @@ class LocalMachines(Machines):
             {
                 ENV_JOB_KEY: key.hex(),
                 ENV_MACHINE: name,
-                ENV_ATTEMPT: str(attempt),
+                ENV_ATTEMPT: attempt_tag(spec.job_id, attempt),  # marks every process of the attempt
                 ENV_CPUS: ",".join(map(str, cpus)),
                 "PYTHONUNBUFFERED": "1",
             }
@@ -123,19 +158,19 @@ class LocalMachines(Machines):
         # Reap the child when it exits so it never lingers as a zombie in the kernel.
         threading.Thread(target=proc.wait, daemon=True, name=f"reap-{name}").start()
         started = psutil.Process(proc.pid).create_time()
-        self._record(name).write_text(
-            json.dumps(
-                {
-                    "name": name,
-                    "job_id": spec.job_id,
-                    "pid": proc.pid,
-                    "started": started,
-                    "attempt": attempt,
-                    "created": time.time(),
-                    "cores": len(cpus),
-                }
-            )
-        )
+        record = {
+            "name": name,
+            "job_id": spec.job_id,
+            "pid": proc.pid,
+            "started": started,
+            "attempt": attempt,
+            "created": time.time(),
+            "cores": len(cpus),
+        }
+        with self._locked(name):
+            tmp = self._record(name).with_suffix(".tmp")
+            tmp.write_text(json.dumps(record))
+            tmp.replace(self._record(name))
         return name
 
     def restart(self, name: str, spec: JobSpec, job_url: str, key: bytes, attempt: int) -> str:
@@ -201,18 +236,29 @@ class LocalMachines(Machines):
         procs = self._group(record)
         self._signal_all(procs, signal.SIGKILL)
         psutil.wait_procs(procs, timeout=5)
-        self._record(name).unlink(missing_ok=True)
+        self._sweep(record)
+        self._forget(name, record)
+
+    def cleanup(self, name: str) -> None:
+        """The job has ended: a live agent ends itself; what a dead one left behind (its cell's processes that
+        had left their group) goes now."""
+        record = self._load(name)
+        if record is not None and self._process(record) is None:
+            self._sweep(record)
+            self._forget(name, record)
 
     def preempt(self, name: str, grace_s: float) -> None:
         record = self._load(name)
-        if record is None:
+        if record is None or self._process(record) is None:
             raise UsageError(f"machine {name} does not exist (the job is not running)")
         procs = self._group(record)
         self._signal_all(procs[:1], signal.SIGTERM)  # soft-off: the agent's group
-        _gone, alive = psutil.wait_procs(procs[:1], timeout=grace_s)
+        psutil.wait_procs(procs[:1], timeout=grace_s)
+        procs = [p for p in procs + self._group(record) if p.is_running()]  # what it started meanwhile
         self._signal_all(procs, signal.SIGKILL)
         psutil.wait_procs(procs, timeout=5)
-        self._record(name).unlink(missing_ok=True)
+        self._sweep(record)
+        self._forget(name, record)
 
     def list(self, job_id: str | None = None) -> list[MachineInfo]:
         if not self.folder.is_dir():
@@ -221,7 +267,10 @@ class LocalMachines(Machines):
         for path in sorted(self.folder.glob("*.json")):
             info = self.describe(path.stem)
             if info.state == GONE:
-                path.unlink(missing_ok=True)
+                record = self._load(path.stem)
+                if record is not None:
+                    self._sweep(record)
+                    self._forget(path.stem, record)
                 continue
             if job_id is None or info.job_id == job_id:
                 out.append(info)

@@ -12,6 +12,7 @@ imports it on a fresh machine before anything else is installed.
 
 from __future__ import annotations
 
+import calendar
 import enum
 import json
 import re
@@ -56,6 +57,14 @@ def new_job_id() -> str:
     return time.strftime("b%Y%m%d-%H%M%S-", time.gmtime()) + secrets.token_hex(3)
 
 
+def job_id_time(job_id: str) -> float | None:
+    """When a job id made by :func:`new_job_id` was made (seconds since the epoch); None for other ids."""
+    try:
+        return float(calendar.timegm(time.strptime(job_id[:16], "b%Y%m%d-%H%M%S")))
+    except ValueError:
+        return None
+
+
 def valid_job_id(job_id: str) -> bool:
     return bool(_ID_RE.match(job_id))
 
@@ -91,6 +100,12 @@ class JobLayout:
     def status(self, attempt: int) -> str:
         return self.key(f"status/{attempt:04d}.json")
 
+    claims_prefix = property(lambda self: self.key("claims/"))
+
+    def claim(self, attempt: int) -> str:
+        """Created once when ``attempt`` is claimed and never rewritten: its Store time is the claim's (fence.py)."""
+        return self.key(f"claims/{attempt:04d}")
+
     def log_chunk(self, attempt: int, seq: int) -> str:
         return self.key(f"logs/{attempt:04d}/{seq:08d}")
 
@@ -107,6 +122,19 @@ def blob_key(digest: str) -> str:
 
 def jobs_prefix() -> str:
     return "jobs/"
+
+
+def job_url(root: str, job_id: str) -> str:
+    """The URL of a job's folder, ``<store root>/jobs/<id>``: what the agent is started with."""
+    return f"{root}/jobs/{job_id}"
+
+
+def split_job_url(url: str) -> tuple[str, str]:
+    """``<store root>/jobs/<id>`` -> (store root, job id); ValueError when ``url`` is not a job URL."""
+    root, sep, job_id = url.rstrip("/").rpartition("/jobs/")
+    if not sep:
+        raise ValueError(f"{url!r} is not a job URL (<store root>/jobs/<job id>)")
+    return root, job_id
 
 
 @dataclass
@@ -130,9 +158,9 @@ class Resources:
 class JobSpec:
     """Everything needed to run the job, written last (its existence = the job exists).
 
-    ``digests`` pins the sha256 of code.py, inputs.json and env.json, and
-    ``signature`` is an HMAC over the rest of the spec under the per-job key,
-    so the agent can prove that nothing it is about to execute was altered.
+    ``digests`` pins the sha256 of code.py, inputs.json and env.json, and the
+    spec is sealed under the per-job key (:mod:`.sealed`), so the agent can
+    prove that nothing it is about to execute was altered.
     """
 
     job_id: str
@@ -151,15 +179,9 @@ class JobSpec:
     python: str = ""
     digests: dict[str, str] = field(default_factory=dict)
     plan: dict[str, Any] = field(default_factory=dict)  # the machine the adapter chose, and why
-    signature: str = ""
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True, indent=1).encode()
-
-    def signed_payload(self) -> bytes:
-        data = asdict(self)
-        data.pop("signature")
-        return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> JobSpec:
@@ -218,8 +240,17 @@ class Terminal(_StateRecord):
 
 # Log records. A chunk is UTF-8 JSON lines, one record a line:
 #   {"t": 1.0, "s": "stdout"|"stderr", "x": "text"}
-#   {"t": 1.0, "s": "display", "data": {mime: ...}, "metadata": {...}}
+#   {"t": 1.0, "s": "display", "data": {mime: ...}, "metadata": {...}, "transient": {...}, "update": true}
 #   {"t": 1.0, "s": "event", "x": "attempt 2 started on ..."}
+# and what the machine's IPython publishes as a kernel would (agent/shell.py), replayed in the kernel:
+#   {"t": 1.0, "s": "clear", "wait": false}                        clear_output
+#   {"t": 1.0, "s": "result", "data": {mime: ...}, "metadata": {...}}    the cell's Out (execute_result)
+#   {"t": 1.0, "s": "page", "data": {mime: ...}, "start": 0}        the pager payload (obj?)
+#   {"t": 1.0, "s": "comm", "msg_type": "comm_open"|"comm_msg"|"comm_close", "comm_id": ..., "data": ...,
+#    "metadata": ..., "buffers": [base64, ...], "target_name": ...}      a widget's messages
+SHELL_RECORDS = ("display", "clear", "result", "page", "comm")
+#: The machine's stand-in for the id of the notebook's execute_request (Output widgets capture under it).
+CELL_MSG_ID = "nbburst-cell"
 
 
 def encode_records(records: list[dict[str, Any]]) -> bytes:
@@ -230,9 +261,40 @@ def decode_records(raw: bytes) -> list[dict[str, Any]]:
     return [json.loads(line) for line in raw.splitlines() if line.strip()]
 
 
+def attempt_marker(attempt: int) -> dict[str, Any]:
+    """The event record a reader puts where attempt ``attempt`` (2, 3, ...) of a job's log begins."""
+    return {"s": "event", "x": f"--- attempt {attempt} ---\n", "attempt": attempt}
+
+
+def record_text(record: dict[str, Any]) -> str:
+    """A log record as plain text (``Job.logs``, terminals, the server): streams as written, an event,
+    ``Out`` and the pager's text on lines of their own, a display record as the MIME types it holds
+    (its updates not again); other records have no text."""
+    kind = record.get("s")
+    if kind in ("stdout", "stderr"):
+        return record.get("x", "")
+    if kind == "display" and not record.get("update"):
+        return f"[display: {', '.join(sorted(record.get('data') or {}))}]\n"
+    if kind in ("event", "result", "page"):
+        text = record.get("x", "") if kind == "event" else (record.get("data") or {}).get("text/plain", "")
+        return text if text.endswith("\n") else text + "\n"
+    return ""
+
+
 # Environment passed to the agent process (local backend) or read from
 # instance metadata (Compute Engine): the key never enters the Store.
 ENV_JOB_KEY = "NBBURST_JOB_KEY"
 ENV_MACHINE = "NBBURST_MACHINE"
-ENV_ATTEMPT = "NBBURST_ATTEMPT"
+ENV_ATTEMPT = "NBBURST_ATTEMPT"  # <job id>:<attempt>, in every process of the attempt (see agent/spawn.py)
 ENV_CPUS = "NBBURST_CPUS"
+
+
+def attempt_tag(job_id: str, attempt: int) -> str:
+    """The value of ``$NBBURST_ATTEMPT`` in the processes of one attempt: ``<job id>:<attempt>``."""
+    return f"{job_id}:{attempt}"
+
+
+def attempt_of(tag: str) -> int:
+    """The attempt number in a ``$NBBURST_ATTEMPT`` value (a bare number too); 0 when there is none."""
+    number = tag.rpartition(":")[2]
+    return int(number) if number.isdigit() else 0

@@ -9,14 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..store import AlreadyExists, Store
-from . import payload, pricing, signing
+from . import fence, payload, pricing
 from .durations import format_duration
+from .folder import JobFolder
 from .job import JobLayout, JobSpec, State, Status, Terminal
 
 
 def commit_terminal(
-    store: Store,
-    layout: JobLayout,
+    folder: JobFolder,
     spec: JobSpec,
     state: State,
     reason: str,
@@ -24,17 +24,25 @@ def commit_terminal(
     by: str,
     statuses: list[Status],
 ) -> State:
-    """Write the job's end once (create-only), with its cost; if someone else ended it first, theirs stands."""
+    """Write the job's end once (create-only, sealed), with its cost; if someone else ended it first, theirs
+    stands (a forged verdict in its place is refused: :class:`~.sealed.Refused`), unless theirs came from an
+    attempt superseded before it wrote it (:func:`.fence.stands`)."""
     terminal = Terminal(state, reason, attempt, by=by)
     try:
         terminal.cost = pricing.job_cost(spec, statuses, terminal.at)
     except Exception:  # a cost estimate must never stop a job from ending
         terminal.cost = None
     try:
-        store.create(layout.terminal, terminal.to_json())
+        folder.create_record(folder.layout.terminal, terminal.to_json())
         return state
     except AlreadyExists:
-        return Terminal.from_json(store.get(layout.terminal)).state
+        earlier = Terminal.from_json(folder.get_record(folder.layout.terminal))
+    if earlier.attempt < attempt and not fence.stands(
+        folder.store, folder.layout, earlier.attempt, folder.layout.terminal
+    ):
+        folder.put_record(folder.layout.terminal, terminal.to_json())  # a superseded attempt's verdict gives way
+        return state
+    return earlier.state
 
 
 def timeout_reason(spec: JobSpec) -> str:
@@ -43,7 +51,7 @@ def timeout_reason(spec: JobSpec) -> str:
 
 def read_error(store: Store, layout: JobLayout, key: bytes) -> dict[str, Any]:
     """The remote exception's record (type, message, traceback, source, exc), verified."""
-    data = signing.verify(key, store.get(layout.error), f"error of job {layout.job_id}")
+    data = JobFolder(store, layout, key).get_object(layout.error)
     return payload.decode(bytearray(data))
 
 

@@ -10,11 +10,25 @@ Re-submitting unchanged data must not cost a SHA-256 pass, so the client keeps
 a cache from a fast non-cryptographic fingerprint (xxh3-128) of the exact
 bytes to the SHA-256 address. The fingerprint never leaves the process and is
 never trusted by the machine; it only saves the client from hashing again.
+
+Arrays must arrive as they were in memory: compiled code (scipy's splines,
+BLAS kernels) refuses or mis-computes on buffers at odd addresses. Every
+out-of-band buffer therefore starts at a 64-byte boundary of the blob, and a
+blob is decoded from 64-byte-aligned writable memory (copied there once if it
+arrives elsewhere), so each array lands aligned and, unless it was read-only,
+writeable.
+
+A blob holds one or more pickle *bodies*, each with its own buffers: one value
+(:func:`encode`), or several values pickled in sequence by one pickler, whose
+shared references stay shared (see :mod:`nbburst.protocol.namespace`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import hashlib
+import mmap
 import os
 import pickle
 import struct
@@ -28,7 +42,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-MAGIC = b"NBBLOB1\n"
+MAGIC = b"NBBLOB2\n"
+ALIGN = 64  # every buffer starts at a multiple of this in the blob, and the blob in memory
+_ZEROS = memoryview(bytes(ALIGN))
 TREE_CHUNK = 64 << 20
 _POOL: ThreadPoolExecutor | None = None
 
@@ -101,43 +117,118 @@ def _local_modules(value: Any) -> list[types.ModuleType]:
     return found
 
 
+@contextlib.contextmanager
+def user_modules_by_value(value: Any) -> Iterator[None]:
+    """While pickling ``value``: the user's own modules it comes from travel by value (see _local_modules)."""
+    import cloudpickle
+
+    local = [m for m in _local_modules(value) if m.__name__ not in cloudpickle.list_registry_pickle_by_value()]
+    for mod in local:
+        cloudpickle.register_pickle_by_value(mod)
+    try:
+        yield
+    finally:
+        for mod in local:
+            cloudpickle.unregister_pickle_by_value(mod)
+
+
 def encode(value: Any) -> Encoded:
     """Pickle ``value`` (cloudpickle, protocol 5, buffers out of band)."""
     import cloudpickle
 
     buffers: list[pickle.PickleBuffer] = []
-    local = [m for m in _local_modules(value) if m.__name__ not in cloudpickle.list_registry_pickle_by_value()]
-    for mod in local:
-        cloudpickle.register_pickle_by_value(mod)
-    try:
+    with user_modules_by_value(value):
         body = cloudpickle.dumps(value, protocol=5, buffer_callback=buffers.append)
-    finally:
-        for mod in local:
-            cloudpickle.unregister_pickle_by_value(mod)
-    views = [b.raw() for b in buffers]
-    header = MAGIC + struct.pack("<QQ", len(body), len(views)) + b"".join(struct.pack("<Q", v.nbytes) for v in views)
-    return Encoded([memoryview(header), memoryview(body), *views])
+    return assemble([(memoryview(body), [b.raw() for b in buffers])])
+
+
+def _padding(pos: int) -> list[memoryview]:
+    gap = -pos % ALIGN
+    return [_ZEROS[:gap]] if gap else []
+
+
+def assemble(bodies: list[tuple[memoryview, list[memoryview]]]) -> Encoded:
+    """A blob of pickle bodies, each with its out-of-band buffers, every buffer 64-byte aligned.
+
+    Layout: magic, body count, (size, buffer count) per body, the size of every
+    buffer; padding; the bodies back to back; each buffer after padding.
+    """
+    views = [_bytes_view(v) for _, bufs in bodies for v in bufs]
+    header = (
+        MAGIC
+        + struct.pack("<Q", len(bodies))
+        + b"".join(struct.pack("<QQ", body.nbytes, len(bufs)) for body, bufs in bodies)
+        + b"".join(struct.pack("<Q", v.nbytes) for v in views)
+    )
+    parts = [memoryview(header), *_padding(len(header))]
+    pos = sum(p.nbytes for p in parts)
+    for body, _ in bodies:
+        parts.append(body)
+        pos += body.nbytes
+    for view in views:
+        pad = _padding(pos)
+        parts += [*pad, view]
+        pos += sum(p.nbytes for p in pad) + view.nbytes
+    return Encoded(parts)
+
+
+def aligned(data: bytes | bytearray | memoryview) -> memoryview:
+    """``data`` as writable memory starting at a 64-byte boundary: itself if it already is, else a copy."""
+    view = _bytes_view(memoryview(data))
+    if not view.readonly and view.nbytes and ctypes.addressof(ctypes.c_char.from_buffer(view)) % ALIGN == 0:
+        return view
+    copy = memoryview(mmap.mmap(-1, max(view.nbytes, 1)))[: view.nbytes]  # anonymous maps are page-aligned
+    copy[:] = view
+    return copy
+
+
+@dataclass
+class Blob:
+    """A parsed blob: its pickle bodies and, per body, its buffers (views into aligned memory)."""
+
+    bodies: list[memoryview]
+    buffers: list[list[memoryview]]
+
+    @classmethod
+    def parse(cls, data: bytes | bytearray | memoryview) -> Blob:
+        view = aligned(data)
+        if bytes(view[: len(MAGIC)]) != MAGIC:
+            raise BlobError("not an nbburst blob (or one written by another version of nbburst)")
+        try:
+            (nbodies,) = struct.unpack_from("<Q", view, len(MAGIC))
+            pos = len(MAGIC) + 8
+            shape = [struct.unpack_from("<QQ", view, pos + 16 * i) for i in range(nbodies)]
+            pos += 16 * nbodies
+            nbuf = sum(n for _, n in shape)
+            sizes = struct.unpack_from(f"<{nbuf}Q", view, pos)
+        except struct.error:
+            raise BlobError("blob is truncated") from None
+        pos += 8 * nbuf
+        pos += -pos % ALIGN
+        bodies = []
+        for size, _ in shape:
+            bodies.append(view[pos : pos + size])
+            pos += size
+        flat = []
+        for size in sizes:
+            pos += -pos % ALIGN
+            flat.append(view[pos : pos + size])
+            pos += size
+        if pos != view.nbytes:
+            raise BlobError("blob is truncated or has trailing bytes")
+        buffers, i = [], 0
+        for _, n in shape:
+            buffers.append(flat[i : i + n])
+            i += n
+        return cls(bodies, buffers)
 
 
 def decode(data: bytes | bytearray | memoryview) -> Any:
-    """Unpickle a blob; buffers stay views into ``data`` (pass a bytearray for writable arrays)."""
-    view = memoryview(data)
-    if bytes(view[: len(MAGIC)]) != MAGIC:
-        raise BlobError("not an nbburst blob")
-    pos = len(MAGIC)
-    body_len, nbuf = struct.unpack_from("<QQ", view, pos)
-    pos += 16
-    sizes = struct.unpack_from(f"<{nbuf}Q", view, pos)
-    pos += 8 * nbuf
-    body = view[pos : pos + body_len]
-    pos += body_len
-    buffers = []
-    for size in sizes:
-        buffers.append(view[pos : pos + size])
-        pos += size
-    if pos != len(view):
-        raise BlobError("blob is truncated or has trailing bytes")
-    return pickle.loads(body, buffers=buffers)
+    """Unpickle a one-value blob; arrays are views into aligned writable memory (``data`` itself if it is)."""
+    blob = Blob.parse(data)
+    if len(blob.bodies) != 1:
+        raise BlobError(f"expected a blob of one value, found {len(blob.bodies)}")
+    return pickle.loads(blob.bodies[0], buffers=blob.buffers[0])
 
 
 def _bytes_view(part: memoryview) -> memoryview:

@@ -16,6 +16,13 @@ negotiated discount on N2 in europe-west4::
     {"regions": {"europe-west4": {"families": {"n2": {"vcpu": 0.03, "gb": 0.004,
                                                       "spot_vcpu": 0.008, "spot_gb": 0.001}}}}}
 
+Today's prices: the Compute Engine adapter reads a region's list prices from
+Google's Cloud Billing Catalog (``nbburst.machines.gce.prices``) and passes them
+to :func:`table` as ``live``: they stand in for the dated table in that region,
+and the overrides above still win over them. A family may carry custom machine
+type prices (``custom_vcpu``, ``custom_gb``, ``spot_custom_...``); without them a
+custom type costs :data:`CUSTOM_PREMIUM` times the predefined price.
+
 Nothing here talks to the network: the table is data, the functions are
 arithmetic, so the Compute Engine adapter can rank machine types offline.
 """
@@ -30,16 +37,25 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import backends
+
 #: The month the built-in table was compiled from Google Cloud's public price list.
 PRICES_AS_OF = "2026-11"
 #: Hours in a billing month, for per-GB-month disk prices.
 HOURS_PER_MONTH = 730.0
 DEFAULT_REGION = "us-central1"
+#: Where the built-in table's prices come from (a table's ``source``).
+DATED_TABLE = "dated table"
+#: Custom machine types cost about 5 % more per vCPU and GB than predefined ones (when no custom price is known).
+CUSTOM_PREMIUM = 1.05
+#: The parts of a table that hold prices by name.
+KINDS = ("families", "gpus", "disks")
 
 # us-central1, USD. vcpu/gb: on-demand per vCPU-hour and per GB-hour of memory;
 # spot_vcpu/spot_gb: the spot (preemptible) prices of the same.
 DEFAULT_TABLE: dict[str, Any] = {
     "as_of": PRICES_AS_OF,
+    "source": DATED_TABLE,
     "currency": "USD",
     "families": {
         "e2": {"vcpu": 0.021811, "gb": 0.002923, "spot_vcpu": 0.006543, "spot_gb": 0.000877},
@@ -89,6 +105,7 @@ class Breakdown:
     family: str = ""
     on_demand: float = 0.0  # total $/h of the same machine, on-demand
     as_of: str = PRICES_AS_OF
+    source: str = DATED_TABLE  # where the prices come from: the dated table, or the Cloud Billing Catalog
     local: bool = False
     notes: list[str] = field(default_factory=list)  # what was estimated (unknown family, region, GPU)
 
@@ -125,24 +142,55 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return base
 
 
-def table(overrides: dict[str, Any] | None = None, price_file: str | None = None) -> dict[str, Any]:
-    """The built-in table with ``price_file`` then ``overrides`` merged over it."""
+def _scaled(rates: dict[str, Any], factor: float) -> dict[str, float]:
+    return {k: float(v) * factor for k, v in rates.items() if isinstance(v, (int, float))}
+
+
+def table(
+    overrides: dict[str, Any] | None = None, price_file: str | None = None, live: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The built-in table with ``live`` prices, then ``price_file``, then ``overrides`` merged over it.
+
+    ``live`` is a table of the same shape whose prices sit in ``regions`` (what the Cloud Billing Catalog
+    said for a region), with its own ``as_of``, ``source`` and, when it could not be read, a ``note``.
+    An override of the base (us-central1) prices applies to a live region as it applies to the dated
+    table there (times the region's factor), so what the user set still wins over what was read.
+    """
     merged = copy.deepcopy(DEFAULT_TABLE)
+    user: dict[str, Any] = {}
     if price_file:
         try:
-            _merge(merged, json.loads(Path(price_file).expanduser().read_text()))
+            _merge(user, json.loads(Path(price_file).expanduser().read_text()))
         except (OSError, ValueError) as exc:
             from ..errors import UsageError
 
             raise UsageError(f"price_file: cannot read {price_file!r} as JSON prices: {exc}") from None
     if overrides:
-        _merge(merged, overrides)
-    return merged
+        _merge(user, overrides)
+    if live:
+        live = copy.deepcopy(live)
+        for region, own in live.get("regions", {}).items():
+            factor = float(merged["regions"].get(region, {}).get("factor", 1.0))
+            for kind in KINDS:
+                for name, rates in user.get(kind, {}).items():
+                    own.setdefault(kind, {}).setdefault(name, {}).update(_scaled(rates, factor))
+        _merge(merged, live)
+    return _merge(merged, user)
 
 
-def table_for(settings: Any) -> dict[str, Any]:
-    """The effective table for an :class:`nbburst.config.NBBurst` (its ``prices``/``price_file``)."""
-    return table(getattr(settings, "prices", None) or None, getattr(settings, "price_file", None) or None)
+def table_for(settings: Any, live: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The effective table for an :class:`nbburst.config.NBBurst` (its ``prices``/``price_file``), over ``live``."""
+    return table(getattr(settings, "prices", None) or None, getattr(settings, "price_file", None) or None, live)
+
+
+def price_source(prices: dict[str, Any]) -> str:
+    """Where a table's prices come from, in words for a plan: its note when live prices were unavailable."""
+    return prices.get("note") or f"prices from the {prices.get('source', DATED_TABLE)} ({prices.get('as_of')})"
+
+
+def unavailable(reason: str) -> dict[str, Any]:
+    """What to pass as ``live`` when live prices could not be read: the dated table, saying so and why."""
+    return {"note": f"prices from the {DATED_TABLE} ({PRICES_AS_OF}), live prices unavailable: {reason}"}
 
 
 def region_of(zone_or_region: str | None) -> str:
@@ -159,6 +207,11 @@ def family_of(machine_type: str | None) -> str:
         return ""
     head = machine_type.split("-", 1)[0].lower()
     return "n1" if head == "custom" else head
+
+
+def is_custom(machine_type: str | None) -> bool:
+    """``n2-custom-8-16384``, ``custom-8-16384`` (N1): a custom machine type."""
+    return bool(re.match(r"^(?:[a-z0-9]+-)?custom-", machine_type or ""))
 
 
 def builtin_gpus(machine_type: str | None) -> tuple[str | None, int]:
@@ -182,13 +235,13 @@ def _entry(prices: dict[str, Any], kind: str, name: str, region: str, notes: lis
         notes.append(f"no prices for region {region}; used {DEFAULT_REGION}")
         reg = regions.get(DEFAULT_REGION, {"factor": 1.0})
     own = reg.get(kind, {}).get(name)
-    if own is not None:
-        return dict(own)
     base = prices.get(kind, {}).get(name)
-    if base is None:
+    if own is None and base is None:
         return None
-    factor = float(reg.get("factor", 1.0))
-    return {k: float(v) * factor for k, v in base.items() if isinstance(v, (int, float))}
+    if own is None and "factor" not in reg:  # a region known only from live prices, which lack this one
+        notes.append(f"no price for {name} in {region}; used the {DEFAULT_REGION} price of the {DATED_TABLE}")
+    # the region's own prices win, key by key, over the base prices times the region's factor
+    return {**_scaled(base or {}, float(reg.get("factor", 1.0))), **_scaled(own or {}, 1.0)}
 
 
 def hourly(
@@ -202,8 +255,10 @@ def hourly(
     disk_gb: float = 0.0,
     prices: dict[str, Any] | None = None,
     disk_type: str = "pd-balanced",
+    custom: bool = False,
 ) -> Breakdown:
-    """The hourly price of a machine of ``family`` (``n2``, or a full type like ``n2-standard-8``).
+    """The hourly price of a machine of ``family`` (``n2``, or a full type like ``n2-standard-8``);
+    ``custom`` for a custom machine type of that family.
 
     Unknown families are priced like N2 and unknown GPUs cost 0, each with a note,
     so a cost estimate never stops a job.
@@ -224,11 +279,20 @@ def hourly(
     disk_rates = _entry(prices, "disks", disk_type, region, notes) if disk_gb else {}
     disk = (disk_rates or {}).get("gb_month", 0.0) * disk_gb / HOURS_PER_MONTH
 
+    def rate(pre: str, part: str) -> float:
+        plain = rates.get(pre + part, rates.get(part, 0.0))
+        if not custom:
+            return plain
+        if pre + "custom_" + part in rates:
+            return rates[pre + "custom_" + part]
+        notes.append(f"custom machine types priced {round((CUSTOM_PREMIUM - 1) * 100)} % above predefined")
+        return plain * CUSTOM_PREMIUM
+
     def parts(use_spot: bool) -> tuple[float, float, float]:
         pre = "spot_" if use_spot else ""
         return (
-            cores * rates.get(pre + "vcpu", rates.get("vcpu", 0.0)),
-            memory_gb * rates.get(pre + "gb", rates.get("gb", 0.0)),
+            cores * rate(pre, "vcpu"),
+            memory_gb * rate(pre, "gb"),
             gpu_count * gpu_rates.get(pre + "hour", gpu_rates.get("hour", 0.0)),
         )
 
@@ -244,13 +308,14 @@ def hourly(
         family=fam,
         on_demand=od,
         as_of=str(prices.get("as_of", PRICES_AS_OF)),
-        notes=list(dict.fromkeys(notes)),
+        source=str(prices.get("source", DATED_TABLE)),
+        notes=list(dict.fromkeys([prices["note"], *notes] if prices.get("note") else notes)),
     )
 
 
 def local() -> Breakdown:
     """The local backend: free."""
-    return Breakdown(region="local", family="local", local=True)
+    return Breakdown(region="local", family="local", local=True, source="")
 
 
 def for_plan(
@@ -258,7 +323,7 @@ def for_plan(
 ) -> Breakdown:
     """The hourly breakdown of a job's :class:`~nbburst.machines.base.Plan` (as a dict)."""
     plan = plan or {}
-    if backend == "local" or plan.get("machine_type") == "local":
+    if not backends.is_remote(backend) or plan.get("machine_type") == "local":
         return local()
     machine_type = plan.get("machine_type") or ""
     gpu, count = plan.get("gpu"), int(plan.get("gpu_count") or 0)
@@ -275,6 +340,7 @@ def for_plan(
         plan.get("zone"),
         disk_gb,
         prices,
+        custom=is_custom(machine_type),
     )
 
 
@@ -301,6 +367,8 @@ def cost(breakdown: Breakdown, seconds: float) -> dict[str, Any]:
             "region": breakdown.region,
             "local": breakdown.local,
             "as_of": breakdown.as_of,
+            "source": breakdown.source,
+            "notes": list(breakdown.notes),
         }
     )
     return out
@@ -318,12 +386,14 @@ def usd(amount: float | None) -> str:
 # -- jobs ----------------------------------------------------------------------------------
 
 
-def price_plan(plan: Any, backend: str, settings: Any = None) -> Any:
+def price_plan(plan: Any, backend: str, settings: Any = None, prices: dict[str, Any] | None = None) -> Any:
     """Fill a :class:`~nbburst.machines.base.Plan`'s prices (if the adapter left them empty) and
     record the hourly breakdown in ``plan.extra["pricing"]``, so the job's cost can be computed
-    later (by the agent, the CLI, the server) without the price table."""
-    prices = table_for(settings) if settings is not None else None
-    disk_gb = float(getattr(settings, "disk_gb", 0) or 0) if backend != "local" else 0.0
+    later (by the agent, the CLI, the server) without the price table. ``prices``: the table the
+    adapter planned with (live prices), else the settings' table."""
+    if prices is None and settings is not None:
+        prices = table_for(settings)
+    disk_gb = float(getattr(settings, "disk_gb", 0) or 0) if backends.is_remote(backend) else 0.0
     breakdown = for_plan(plan.to_dict(), backend, disk_gb=disk_gb, prices=prices)
     if plan.price_per_hour is None:
         plan.price_per_hour = round(breakdown.total, 6)
@@ -336,7 +406,7 @@ def price_plan(plan: Any, backend: str, settings: Any = None) -> Any:
 def breakdown_of(plan: dict[str, Any] | None, backend: str = "gce") -> Breakdown:
     """The hourly breakdown recorded at submission, or one computed from the plan now."""
     plan = plan or {}
-    if backend == "local" or plan.get("machine_type") == "local":
+    if not backends.is_remote(backend) or plan.get("machine_type") == "local":
         return local()
     recorded = (plan.get("extra") or {}).get("pricing")
     if recorded:

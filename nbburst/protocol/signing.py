@@ -13,14 +13,20 @@ import hmac
 import os
 import secrets
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 MAGIC = b"NBBSIG1\n"
-_DIGEST = 32
+#: Bytes of an HMAC-SHA256 tag.
+TAG_SIZE = 32
 
 
 class SignatureError(Exception):
     """A signed object is missing its signature or was altered."""
+
+
+class NoKey(SignatureError):
+    """This machine's key ring has no key for the job: nothing of it can be verified here."""
 
 
 def new_key() -> bytes:
@@ -38,11 +44,11 @@ def sign(key: bytes, data: bytes) -> bytes:
 
 def verify(key: bytes, signed: bytes, what: str = "payload") -> bytes:
     """Return the payload of ``signed``, or raise :class:`SignatureError`."""
-    if not signed.startswith(MAGIC) or len(signed) < len(MAGIC) + _DIGEST:
+    if not signed.startswith(MAGIC) or len(signed) < len(MAGIC) + TAG_SIZE:
         raise SignatureError(f"{what} is not signed by nbburst; refusing to load it")
     view = memoryview(signed)
-    tag = bytes(view[len(MAGIC) : len(MAGIC) + _DIGEST])
-    payload = view[len(MAGIC) + _DIGEST :]
+    tag = bytes(view[len(MAGIC) : len(MAGIC) + TAG_SIZE])
+    payload = view[len(MAGIC) + TAG_SIZE :]
     if not hmac.compare_digest(tag, mac(key, payload)):
         raise SignatureError(
             f"{what} failed its signature check: it was altered in the store or signed with another "
@@ -80,8 +86,8 @@ def verify_file(key: bytes, signed: str | os.PathLike[str], dest: str | os.PathL
     dest = Path(dest)
     out = dest.with_name(f".tmp-ok-{dest.name}")
     with open(signed, "rb") as f:
-        head = f.read(len(MAGIC) + _DIGEST)
-        if len(head) < len(MAGIC) + _DIGEST or not head.startswith(MAGIC):
+        head = f.read(len(MAGIC) + TAG_SIZE)
+        if len(head) < len(MAGIC) + TAG_SIZE or not head.startswith(MAGIC):
             raise SignatureError(f"{what} is not signed by nbburst; refusing to load it")
         h = hmac.new(key, digestmod=hashlib.sha256)
         with open(out, "wb") as w:
@@ -94,11 +100,22 @@ def verify_file(key: bytes, signed: str | os.PathLike[str], dest: str | os.PathL
     os.replace(out, dest)
 
 
+@dataclass(frozen=True)
+class KeyEntry:
+    """One key of the ring: its job, the Store the job was submitted to ("" if not recorded), its age."""
+
+    job_id: str
+    store: str
+    created: float
+
+
 class KeyRing:
     """Per-job keys kept on the client's disk (mode 0600), never in the Store.
 
     Keeping them on disk is what lets a restarted kernel, the CLI or the Jupyter
-    server verify a result later.
+    server verify a result later. Each key file also names the Store of its job
+    (a second line), so ``nbburst gc`` can tell a key whose job was never
+    written (a submission killed half-way) from a key of a job in another Store.
     """
 
     def __init__(self, folder: str | os.PathLike[str]):
@@ -107,21 +124,24 @@ class KeyRing:
     def _path(self, job_id: str) -> Path:
         return self.folder / f"{job_id}.key"
 
-    def create(self, job_id: str) -> bytes:
+    def create(self, job_id: str, store: str = "") -> bytes:
         key = new_key()
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(self._path(job_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
-            f.write(key.hex().encode())
+            f.write(key.hex().encode() + (f"\n{store}\n".encode() if store else b""))
         return key
+
+    def _lines(self, job_id: str) -> list[str]:
+        return self._path(job_id).read_text().splitlines()
 
     def get(self, job_id: str) -> bytes:
         try:
-            return bytes.fromhex(self._path(job_id).read_text().strip())
-        except FileNotFoundError:
-            raise SignatureError(
+            return bytes.fromhex(self._lines(job_id)[0].strip())
+        except (FileNotFoundError, IndexError):
+            raise NoKey(
                 f"no signing key for job {job_id} in {self.folder}: it was submitted from another "
-                "machine or user, so its results cannot be verified here"
+                "machine or user, so nothing of it can be verified here (cannot verify: no key)"
             ) from None
 
     def has(self, job_id: str) -> bool:
@@ -129,3 +149,15 @@ class KeyRing:
 
     def delete(self, job_id: str) -> None:
         self._path(job_id).unlink(missing_ok=True)
+
+    def entries(self) -> list[KeyEntry]:
+        """Every key of the ring, with the Store its job went to and when the key was made."""
+        found = []
+        for path in sorted(self.folder.glob("*.key")):
+            try:
+                lines = path.read_text().splitlines()
+                created = path.stat().st_mtime
+            except FileNotFoundError:
+                continue  # deleted meanwhile
+            found.append(KeyEntry(path.stem, lines[1].strip() if len(lines) > 1 else "", created))
+        return found

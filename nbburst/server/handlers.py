@@ -19,6 +19,7 @@ from tornado import web
 from tornado.ioloop import IOLoop
 
 from ..errors import BurstError, JobNotFound, UsageError
+from ..protocol.signing import SignatureError
 from .manager import JobsManager
 
 API = "nbburst/api"
@@ -54,6 +55,8 @@ class BurstHandler(APIHandler):
             return await IOLoop.current().run_in_executor(executor, fn, *args)
         except JobNotFound as exc:
             raise ApiError(404, str(exc)) from None
+        except SignatureError as exc:  # no key for the job here, or a forged object in its folder
+            raise ApiError(403, f"cannot verify: {exc}") from None
         except UsageError as exc:
             raise ApiError(400, str(exc)) from None
         except BurstError as exc:

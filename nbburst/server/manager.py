@@ -14,9 +14,10 @@ from collections import OrderedDict
 from typing import Any
 
 from .. import config
-from ..client.burst import Burst, Job, render_text
+from ..client.burst import Burst, Job
 from ..errors import JobNotFound, UsageError
-from ..protocol.job import State, decode_records
+from ..protocol.folder import JobFolder
+from ..protocol.job import TERMINAL, record_text
 from ..store import NotFound
 
 #: The most log text one response carries (characters); the client pages with next_offset.
@@ -61,7 +62,7 @@ class JobsManager:
         if cached is not None:
             return dict(cached)
         info = job.info()
-        if State(info["state"]).terminal:
+        if _final(info):
             with self._lock:
                 self._final[job.id] = dict(info)
         return info
@@ -81,7 +82,7 @@ class JobsManager:
             except Exception:
                 self.log.warning("nbburst: cannot read job %s", job.id, exc_info=True)
                 continue
-            if state == "running" and State(info["state"]).terminal:
+            if state == "running" and _final(info):
                 continue
             infos.append(info)
         infos.sort(key=lambda i: (i["created"] or 0.0, i["id"]), reverse=True)
@@ -93,8 +94,6 @@ class JobsManager:
 
     def detail(self, ref: str) -> dict[str, Any]:
         """The summary plus the attempts (an attempt followed by another one was preempted)."""
-        from ..client.supervisor import attempts
-
         job = self.job(ref)
         info = self.info(job)
         rows = [
@@ -107,9 +106,9 @@ class JobsManager:
                 "machine": a["machine"],
                 "message": a["message"],
             }
-            for a in attempts(job)
+            for a in job.attempts()
         ]
-        if rows and State(info["state"]).terminal:
+        if rows and _final(info):
             rows[-1]["state"] = info["state"]  # the verdict, even if it was committed after we looked
         return {**info, "attempts": rows}
 
@@ -131,7 +130,7 @@ class JobsManager:
             attempt = latest
         elif attempt > latest:
             raise JobNotFound(f"no attempt {attempt} of job {job.id}: it has {latest}")
-        text, offset = self._slice(store, store.list(job.layout.attempt_logs(attempt)), offset)
+        text, offset = self._slice(job.folder, store.list(job.layout.attempt_logs(attempt)), offset)
         return {
             "attempt": attempt,
             "attempts": attempts,
@@ -141,7 +140,7 @@ class JobsManager:
             "complete": complete or attempt < latest,
         }
 
-    def _slice(self, store: Any, keys: list[str], offset: int) -> tuple[str, int]:
+    def _slice(self, folder: JobFolder, keys: list[str], offset: int) -> tuple[str, int]:
         """``(text, offset)``: the rendered log from ``offset`` (clamped to its length), at most MAX_LOG_CHARS."""
         parts: list[str] = []
         pos = 0  # rendered characters before the current chunk
@@ -151,7 +150,7 @@ class JobsManager:
             if length is not None and pos + length <= offset:
                 pos += length
                 continue
-            text = self._chunk(store, key)
+            text = self._chunk(folder, key)
             length = len(text)
             if pos + length > offset and wanted > 0:
                 piece = text[max(0, offset - pos) :][:wanted]
@@ -164,14 +163,14 @@ class JobsManager:
             offset = pos
         return "".join(parts), offset
 
-    def _chunk(self, store: Any, key: str) -> str:
+    def _chunk(self, folder: JobFolder, key: str) -> str:
         with self._lock:
             text = self._chunk_text.get(key)
             if text is not None:
                 self._chunk_text.move_to_end(key)
                 return text
         try:
-            text = "".join(render_text(r) for r in decode_records(store.get(key)))
+            text = "".join(record_text(r) for r in folder.log_records(key))  # a forged chunk: why refused
         except NotFound:
             return ""  # the job is being deleted
         with self._lock:
@@ -186,6 +185,11 @@ class JobsManager:
     # -- configuration --------------------------------------------------------------------
     def config_values(self) -> dict[str, Any]:
         return config.describe(self.settings)
+
+
+def _final(info: dict[str, Any]) -> bool:
+    """Whether a summary is of a job that has ended (an unverifiable job's is not: it may change)."""
+    return info["state"] in {s.value for s in TERMINAL}
 
 
 def _attempts(status_keys: list[str]) -> list[int]:

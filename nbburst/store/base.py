@@ -9,11 +9,19 @@ gives the same guarantees, which the job protocol relies on:
   result, a terminal state, a lease): it succeeds for exactly one writer and
   raises :class:`AlreadyExists` for every other.
 * ``get`` of a missing key raises :class:`NotFound` (a ``KeyError``).
+* ``updated`` is the time the Store itself stamped on an object's last write,
+  and ``now`` the Store's clock: leases, staleness and time limits compare
+  these, never the clocks of the machines that read them, so a reader whose
+  clock is off by an hour decides as one whose clock is right.
 """
 
 from __future__ import annotations
 
 import abc
+import os
+import threading
+import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -33,12 +41,26 @@ class AlreadyExists(StoreError):
     """A create-only write found the key already there."""
 
 
+#: Where :meth:`Store.now` writes (and removes) its probe objects.
+CLOCK_PREFIX = "clock/"
+#: How long a reading of the Store's clock is extrapolated on this machine's clock before it is read again.
+CLOCK_REFRESH_SECONDS = 120.0
+
+
+def elapsed() -> float:
+    """Seconds on a clock that never jumps and, where the system has one, keeps counting while the machine
+    sleeps (a laptop's lid closed): the clock a reading of the Store's clock is carried forward on."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic()
+
+
 class Store(abc.ABC):
     """An object store rooted at a URL (``/path``, ``file://...``, ``gs://bucket/prefix``)."""
 
     url: str
     #: How often a waiting client may usefully poll: remote stores charge per request.
     min_poll_seconds: float = 0.25
+    _clock: tuple[float, float] | None = None  # (elapsed() when read, the Store's time then)
+    _clock_lock = threading.Lock()
 
     @abc.abstractmethod
     def put(self, key: str, data: bytes) -> None:
@@ -76,12 +98,46 @@ class Store(abc.ABC):
         """Size in bytes of ``key``; :class:`NotFound` if missing."""
 
     @abc.abstractmethod
+    def updated(self, key: str) -> float:
+        """When the Store stamped ``key``'s last write (seconds since the epoch, by the Store's clock);
+        :class:`NotFound` if missing."""
+
+    def now(self) -> float:
+        """The Store's clock now: what :meth:`updated` would say of an object written at this instant.
+
+        Read by writing a probe object and asking its time, at most every ``CLOCK_REFRESH_SECONDS``, and
+        carried forward on :func:`elapsed` in between. The estimate errs early by at most the probe
+        write's own duration, so an age computed with it is never longer than the truth.
+        """
+        with self._clock_lock:
+            if self._clock is None or elapsed() - self._clock[0] > CLOCK_REFRESH_SECONDS:
+                probe = f"{CLOCK_PREFIX}{os.getpid()}-{uuid.uuid4().hex}"
+                self.put(probe, b"")
+                read_at = elapsed()
+                try:
+                    self._clock = (read_at, self.updated(probe))
+                finally:
+                    self.delete(probe)
+            taken, stamped = self._clock
+        return stamped + elapsed() - taken
+
+    def age(self, key: str) -> float:
+        """Seconds since ``key``'s last write, by the Store's clock; :class:`NotFound` if missing."""
+        return self.now() - self.updated(key)
+
+    @abc.abstractmethod
     def list(self, prefix: str) -> list[str]:
         """All keys that start with ``prefix``, sorted."""
 
     @abc.abstractmethod
     def delete(self, key: str) -> None:
         """Delete ``key``; deleting a missing key is not an error."""
+
+    def temporaries(self) -> list[str]:
+        """Partial writes that an interrupted writer left behind, never visible to :meth:`list`; each can be
+        aged (:meth:`updated`), sized and removed (:meth:`delete`) like a key. Adapters whose unfinished
+        writes leave nothing behind (a Cloud Storage upload that is never finished) have none."""
+        return []
 
     def put_addressed(
         self, prefix: str, chunks: Callable[[], Iterable[bytes | memoryview]], address: Callable[[], str]

@@ -1,15 +1,33 @@
-"""LocalStore: a folder as the Store, for the embedded local backend and tests."""
+"""LocalStore: a folder as the Store, for the embedded local backend and tests.
+
+A folder can be on a network file system or a flaky disk: every file operation
+goes through :meth:`LocalStore.run_io`, which tries it again while it fails
+with a transient error (``EIO``, ``EAGAIN``, ``ESTALE``...), as the GCS client
+retries 5xx answers.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
-from .base import AlreadyExists, NotFound, Store, StoreError
+from .base import AlreadyExists, NotFound, Store, StoreError, elapsed
+
+T = TypeVar("T")
+
+#: Errors after which the same file operation may well succeed.
+TRANSIENT_ERRNOS = frozenset(
+    {errno.EIO, errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.ESTALE, errno.ETIMEDOUT, errno.ENFILE}
+)
+#: How long a failing file operation is tried again before its error is raised.
+RETRY_SECONDS = 10.0
 
 
 class LocalStore(Store):
@@ -30,6 +48,19 @@ class LocalStore(Store):
         self.root.mkdir(parents=True, exist_ok=True)
         self.url = str(self.root)
 
+    def run_io(self, operation: Callable[[], T]) -> T:
+        """Run one file operation, again (with a growing pause) while it fails transiently, for up to
+        ``RETRY_SECONDS``. Each operation must be safe to repeat after such a failure."""
+        pause, deadline = 0.005, elapsed() + RETRY_SECONDS
+        while True:
+            try:
+                return operation()
+            except OSError as exc:
+                if exc.errno not in TRANSIENT_ERRNOS or elapsed() > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.25)
+
     def _path(self, key: str) -> Path:
         if not key or key.startswith("/") or ".." in key.split("/"):
             raise StoreError(f"invalid store key {key!r}")
@@ -49,21 +80,28 @@ class LocalStore(Store):
 
     def put_chunks(self, key: str, chunks: Iterable[bytes | memoryview], *, create: bool = False) -> None:
         target = self._path(key)
-        self._commit(key, self._write_temp(target, chunks), target, create)
+        if isinstance(chunks, (list, tuple)):  # in memory: the write can be tried again
+            tmp = self.run_io(lambda: self._write_temp(target, chunks))
+        else:  # a stream is read once
+            tmp = self._write_temp(target, chunks)
+        self._commit(key, tmp, target, create)
 
     def _commit(self, key: str, tmp: Path, target: Path, create: bool) -> None:
         """Move a complete temporary file into place: link (create-only) or rename (replace)."""
         try:
-            if create:
-                try:
-                    os.link(tmp, target)
-                except FileExistsError:
-                    raise AlreadyExists(f"{key} already exists in {self.url}") from None
-            else:
-                os.replace(tmp, target)
+            self.run_io(lambda: self._place(key, tmp, target, create))
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+    def _place(self, key: str, tmp: Path, target: Path, create: bool) -> None:
+        if create:
+            try:
+                os.link(tmp, target)
+            except FileExistsError:
+                raise AlreadyExists(f"{key} already exists in {self.url}") from None
+        else:
+            os.replace(tmp, target)
 
     def put_addressed(
         self, prefix: str, chunks: Callable[[], Iterable[bytes | memoryview]], address: Callable[[], str]
@@ -106,39 +144,55 @@ class LocalStore(Store):
         self._commit(key, Path(tmp), target, create)
 
     def get(self, key: str) -> bytes:
+        path = self._path(key)
         try:
-            return self._path(key).read_bytes()
+            return self.run_io(path.read_bytes)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise NotFound(f"{key} not found in {self.url}") from None
 
     def get_file(self, key: str, path: str | Path) -> None:
         source = self._path(key)
-        if not source.is_file():
-            raise NotFound(f"{key} not found in {self.url}")
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         os.close(fd)
-        shutil.copyfile(source, tmp)
+        try:
+            self.run_io(lambda: shutil.copyfile(source, tmp))
+        except BaseException as exc:
+            os.unlink(tmp)
+            if isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+                raise NotFound(f"{key} not found in {self.url}") from None
+            raise
         os.replace(tmp, path)
 
     def exists(self, key: str) -> bool:
-        return self._path(key).is_file()
+        return self.run_io(self._path(key).is_file)
 
-    def size(self, key: str) -> int:
+    def _stat(self, key: str) -> os.stat_result:
+        path = self._path(key)
         try:
-            return self._path(key).stat().st_size
+            return self.run_io(path.stat)
         except FileNotFoundError:
             raise NotFound(f"{key} not found in {self.url}") from None
 
+    def size(self, key: str) -> int:
+        return self._stat(key).st_size
+
+    def updated(self, key: str) -> float:
+        """The file's modification time: set by the kernel when the object was written."""
+        return self._stat(key).st_mtime
+
     def list(self, prefix: str) -> list[str]:
+        return self.run_io(lambda: self._list(prefix))
+
+    def _list(self, prefix: str) -> list[str]:
         # Walk only the deepest folder the prefix names, not the whole root.
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         start = self.root / base if base else self.root
         if not start.is_dir():
             return []
         keys = []
-        for dirpath, _dirs, files in os.walk(start):
+        for dirpath, _dirs, files in os.walk(start, onerror=_raise_transient):
             rel = os.path.relpath(dirpath, self.root)
             rel = "" if rel == "." else rel.replace(os.sep, "/") + "/"
             for name in files:
@@ -149,10 +203,23 @@ class LocalStore(Store):
                     keys.append(key)
         return sorted(keys)
 
+    def temporaries(self) -> list[str]:
+        """Files a writer was still writing when it died (``.tmp-*``, the name before the rename into
+        place), anywhere below the root."""
+
+        def walk() -> list[str]:
+            found = []
+            for dirpath, _dirs, files in os.walk(self.root):
+                rel = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
+                found += [name if rel == "." else f"{rel}/{name}" for name in files if name.startswith(".tmp-")]
+            return sorted(found)
+
+        return self.run_io(walk)
+
     def delete(self, key: str) -> None:
         path = self._path(key)
         try:
-            path.unlink()
+            self.run_io(path.unlink)
         except FileNotFoundError:
             return
         # Drop folders left empty, so listing stays cheap.
@@ -163,3 +230,10 @@ class LocalStore(Store):
             except OSError:
                 break
             parent = parent.parent
+
+
+def _raise_transient(error: OSError) -> None:
+    """While listing: a transient error fails the listing (to be tried again, see ``run_io``) rather than
+    leaving a folder out; a folder removed meanwhile is simply not there."""
+    if error.errno in TRANSIENT_ERRNOS:
+        raise error

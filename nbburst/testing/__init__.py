@@ -6,7 +6,8 @@
   It can preempt instances, run out of capacity and enforce quotas.
 - :class:`MetadataServer`: an emulated metadata server (``/computeMetadata/v1``).
 - ``GCSEmulator`` (``nbburst.testing.gcs``): a Cloud Storage emulator.
-- ``python -m nbburst.testing`` starts both emulators and prints the environment for nbburst;
+- ``python -m nbburst.testing`` starts both emulators and prints the environment for nbburst (or writes
+  it to ``--env-file PATH``, or runs ``-- COMMAND`` under it; ``pip install 'nbburst[emulator]'``);
   ``pytest_plugins = ["nbburst.testing.pytest_plugin"]`` gives the fixtures.
 """
 

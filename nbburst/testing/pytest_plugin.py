@@ -4,10 +4,17 @@
 
 - ``compute_emulator``: a fresh ComputeEmulator per test (disks under tmp_path, short graces);
   stopped at teardown, which fails the test if any instance process survived. Options go in a
-  marker: ``@pytest.mark.compute_emulator(preemption_grace=1, zone="europe-west4-a")``.
+  marker: ``@pytest.mark.compute_emulator(preemption_grace=1, zone="europe-west4-a")``; quotas are a new
+  project's unless the marker says ``quotas={"CPUS": 96, "CPUS_ALL_REGIONS": 96}``.
 - ``gcs_emulator``: one GCSEmulator for the session; ``gcs_bucket``: a fresh bucket per test.
 - ``emulator_env``: both emulators plus the NBBURST_* variables pointing nbburst at them,
-  set in os.environ for the test; returns the dict.
+  set in os.environ for the test; returns the dict. The bucket's policy lets the project's default
+  compute service account (what VMs run as) use it, as ``nbburst setup`` does.
+
+``pytest --compute-conformance`` also checks, at the teardown of every ``compute_emulator``, each
+request Google's client libraries sent it against Compute Engine's discovery document
+(:mod:`nbburst.testing.discovery`, needs google-api-python-client); a test whose requests the real
+API would refuse fails.
 """
 
 from __future__ import annotations
@@ -20,6 +27,14 @@ import pytest
 from nbburst.testing.compute.emulator import ComputeEmulator
 
 TEST_DEFAULTS = {"preemption_grace": 2.0, "stop_grace": 5.0, "operation_delay": 0.05, "maintenance_notice": 1.0}
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--compute-conformance",
+        action="store_true",
+        help="check every request sent to a compute_emulator against Compute Engine's discovery document",
+    )
 
 
 def pytest_configure(config) -> None:
@@ -42,6 +57,12 @@ def compute_emulator(request, tmp_path):
             leftovers = emulator.live_processes()
         if leftovers:
             pytest.fail(f"compute emulator left instance processes running: {leftovers}")
+        if request.config.getoption("compute_conformance"):
+            from nbburst.testing.discovery import conformance_problems
+
+            problems = conformance_problems(emulator.request_log, google_clients=True)
+            if problems:
+                pytest.fail("requests Compute Engine's discovery document does not allow:\n" + "\n".join(problems))
 
 
 @pytest.fixture(scope="session")
@@ -73,4 +94,7 @@ def emulator_env(monkeypatch, compute_emulator, gcs_emulator, gcs_bucket) -> dic
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
+    if gcs_emulator.iam is not None:
+        member = f"serviceAccount:{compute_emulator.default_service_account}"
+        gcs_emulator.iam.grant(gcs_bucket, member, "roles/storage.objectUser")
     return env

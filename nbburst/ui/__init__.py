@@ -1,7 +1,9 @@
 """Notebook front end: the live job view (ipywidgets) and job tables.
 
 ``nbburst.ui.tables`` needs no widgets (the CLI uses it); ``nbburst.ui.view``
-imports ipywidgets when a view is made.
+imports ipywidgets when a view is made. ``nbburst.ui.records`` renders log
+records for the magic, the view and the CLI; ``nbburst.ui.style`` is the look
+of all the notebook HTML (theme colours, the view's scoped stylesheet).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ``nbburst`` command: list, follow, fetch, cancel and clean up jobs from a terminal, and bake images.
+"""The ``nbburst`` command: list, follow, fetch, cancel and clean up jobs from a terminal, set up, bake images.
 
 It reads the same configuration as the notebook (Jupyter config files, then
 ``NBBURST_*`` variables, then ``--root``/``--backend``/``--set``) and the same
@@ -11,7 +11,8 @@ Exit codes (stable, for scripts):
 1   the job FAILED or was CANCELLED (``result``, ``logs -f``); the image build failed (``image build``)
 2   usage error: a bad option or argument; nothing was done
 3   not found: no job with that id or name
-4   configuration or credentials: settings, Store, signing key, ``doctor`` failures
+4   configuration, credentials or environment: settings, Store, signing key, ``doctor`` failures, a result
+    that needs a module missing here
 5   the job has not finished (``result --no-wait`` or ``--timeout``)
 130 interrupted (Ctrl-C)
 ==  =========================================================================
@@ -36,9 +37,10 @@ from typing import Any
 
 from .. import __version__, config
 from ..errors import BurstError, JobFailed, JobNotFound, UsageError
-from ..options import BACKENDS
+from ..protocol import backends
 from ..protocol.durations import format_duration, parse_duration
 from ..protocol.job import JobLayout, State, valid_job_id
+from .records import print_record
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CONFIG, EXIT_NOT_DONE = 0, 1, 2, 3, 4, 5
 EXIT_INTERRUPTED = 130
@@ -105,20 +107,21 @@ def job_exit(state: State) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from .tables import rich_table, select_infos, totals
+    from .tables import plain_lines, rich_table, select_infos, totals
 
     burst = session(args)
     infos = select_infos(burst, all_jobs=args.all, states=args.state)
-    if args.json:
-        out: Any = {"jobs": infos}
-        if args.cost:
-            out["totals"] = totals(infos)
-        print(json.dumps(out, indent=1, default=str))
+    if args.json:  # a list of Job.info(); with --cost, {"jobs": [...], "totals": {...}}
+        print(json.dumps({"jobs": infos, "totals": totals(infos)} if args.cost else infos, indent=1, default=str))
         return EXIT_OK
     if not infos:
         print(f"no jobs in {burst.store.url}" + ("" if args.all or args.state else " (try --all)"))
         return EXIT_OK
-    console().print(rich_table(infos, with_totals=args.cost))
+    if args.plain or not sys.stdout.isatty():
+        print("\n".join(plain_lines(infos, with_totals=args.cost)))
+        return EXIT_OK
+    out = console()
+    out.print(rich_table(infos, with_totals=args.cost, width=out.width), crop=False)
     return EXIT_OK
 
 
@@ -130,14 +133,6 @@ def cmd_info(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _write_record(record: dict[str, Any]) -> None:
-    from ..client.burst import render_text
-
-    stream = sys.stderr if record.get("s") in ("stderr", "event") else sys.stdout
-    stream.write(render_text(record))
-    stream.flush()
-
-
 def cmd_logs(args: argparse.Namespace) -> int:
     job = find_job(session(args), args.job)
     if not args.follow:
@@ -146,16 +141,19 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
     def show(record: dict[str, Any]) -> None:
         if args.attempt is None or record.get("attempt") == args.attempt:
-            _write_record(record)
+            print_record(record)
 
     state = job.wait(on_record=show)
-    if state != State.SUCCEEDED:
-        terminal = job.terminal()
-        print(
-            f"nbburst: job {job.name} {state.value}" + (f": {terminal.reason}" if terminal and terminal.reason else ""),
-            file=sys.stderr,
-        )
+    print(f"nbburst: {verdict(job, state)}", file=sys.stderr)
     return job_exit(state)
+
+
+def verdict(job: Any, state: State) -> str:
+    """``job NAME SUCCEEDED in 1m 02s``, or ``job NAME FAILED: why``: how a followed job ended."""
+    if state == State.SUCCEEDED:
+        return f"job {job.name} {state.value} in {format_duration(job.info()['elapsed_s'])}"
+    terminal = job.terminal()
+    return f"job {job.name} {state.value}" + (f": {terminal.reason}" if terminal and terminal.reason else "")
 
 
 def cmd_result(args: argparse.Namespace) -> int:
@@ -163,7 +161,15 @@ def cmd_result(args: argparse.Namespace) -> int:
     if args.no_wait:
         state = job.state
     else:
-        state = job.wait(timeout=parse_duration(args.timeout, "--timeout") if args.timeout else None)
+        timeout = parse_duration(args.timeout, "--timeout") if args.timeout else None
+        state = job.state
+        if not state.terminal:
+            print(
+                f"nbburst: waiting for job {job.name} ({state.value}); Ctrl-C stops waiting, the job goes on",
+                file=sys.stderr,
+                flush=True,
+            )
+        state = job.wait(timeout=timeout)
     if not state.terminal:
         raise Exit(
             EXIT_NOT_DONE,
@@ -176,12 +182,13 @@ def cmd_result(args: argparse.Namespace) -> int:
                 sys.stderr.write(info.get("traceback") or f"{info.get('type')}: {info.get('message')}\n")
             except Exception as exc:
                 print(f"nbburst: the job's error cannot be loaded here: {exc}", file=sys.stderr)
-        terminal = job.terminal()
-        raise Exit(
-            EXIT_FAILED,
-            f"job {job.name} {state.value}" + (f": {terminal.reason}" if terminal and terminal.reason else ""),
-        )
-    outcome = job.outcome()
+        raise Exit(EXIT_FAILED, verdict(job, state))
+    try:
+        outcome = job.outcome()
+    except ImportError as exc:  # the result as a whole needs what is not here
+        raise Exit(EXIT_CONFIG, unloadable(job, {"": f"{type(exc).__name__}: {exc}"})) from None
+    if outcome.failed:  # a partial result is no result: nothing is printed or written
+        raise Exit(EXIT_CONFIG, unloadable(job, outcome.failed))
     value = job.value_of(outcome)
     for warning in outcome.warnings:
         print(f"nbburst: {warning}", file=sys.stderr)
@@ -199,6 +206,28 @@ def cmd_result(args: argparse.Namespace) -> int:
         if outcome.has_last and outcome.last is not None:
             print(_short_repr(outcome.last))
     return EXIT_OK
+
+
+_MISSING_MODULE = re.compile(r"No module named '([^']+)'")
+
+
+def unloadable(job: Any, failed: dict[str, str]) -> str:
+    """One line on a finished job's values that cannot be loaded in this environment (name -> why)."""
+    from ..protocol.transfer import LAST
+
+    missing = sorted({m.group(1) for why in failed.values() if (m := _MISSING_MODULE.search(why))})
+    if missing:
+        modules = ", ".join(repr(m) for m in missing)
+        return (
+            f"the result of job {job.name} needs the module{'s' if len(missing) > 1 else ''} {modules}, "
+            f"not installed for {sys.executable}: install it here, or read the result where the job was submitted"
+        )
+    names = ", ".join(repr(n) for n in failed if n and n != LAST)
+    return (
+        f"the result of job {job.name} cannot be loaded here"
+        + (f" ({names})" if names else "")
+        + f": {next(iter(failed.values()))}; read it in the environment the job was submitted from"
+    )
 
 
 def _short_repr(value: Any, limit: int = 2000) -> str:
@@ -232,16 +261,21 @@ def cmd_preempt(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    from ..client.burst import Job
+    """Machines whose job ended or is unknown; with ``--older-than``, ended jobs; and what interrupted
+    submissions and deleted jobs left in the Store (see :mod:`nbburst.client.gc`), older than ``--grace``."""
+    from ..client import gc
 
+    started = time.time()  # keys are judged as of the start: the run itself ages nothing
     burst = session(args)
     older = parse_duration(args.older_than, "--older-than") if args.older_than else None
-    backends = [args.backend] if args.backend else list(dict.fromkeys([burst.settings.backend, "local"]))
-    me = _as_label(config.owner(burst.settings))
+    grace = parse_duration(args.grace, "--grace")
+    local_ones = [n for n in backends.names() if not backends.is_remote(n)]
+    chosen = [args.backend] if args.backend else list(dict.fromkeys([burst.settings.backend, *local_ones]))
     verb = "would delete" if args.dry_run else "deleted"
-    machines_done = folders_done = 0
+    done: dict[str, int] = {}
     problems = 0
-    for backend in backends:
+    stores: dict[str, Any] = {}
+    for backend in chosen:
         try:
             machines = burst.machines(backend)
             store = burst.store_for(backend)
@@ -250,53 +284,109 @@ def cmd_gc(args: argparse.Namespace) -> int:
             print(f"nbburst: skipped the {backend} backend: {type(exc).__name__}: {exc}", file=sys.stderr)
             problems += 1
             continue
-        for m in listed:
-            job_id = m.job_id or m.labels.get("nbburst-job", "")
-            owner = m.labels.get("nbburst-owner")
-            if owner and _as_label(owner) != me and not args.any_owner:
-                continue  # someone else's machine: their gc, not ours
-            if not job_id or not valid_job_id(job_id) or not store.exists(JobLayout(job_id).spec):
-                why = "its job is unknown in " + store.url
-            else:
-                terminal = Job(burst, job_id, store).terminal()
-                if terminal is None:
-                    continue  # the job is still alive: leave its machine alone
-                why = f"its job ended ({terminal.state.value})"
-            if not args.dry_run:
-                try:
-                    machines.delete(m.name)
-                except Exception as exc:
-                    print(f"nbburst: could not delete machine {m.name}: {exc}", file=sys.stderr)
-                    problems += 1
-                    continue
-            machines_done += 1
-            print(f"{verb} machine {m.name} ({backend}): {why}")
-        if older is None:
-            continue
-        cutoff = time.time() - older
-        for job in burst.jobs(store=store):
-            try:
-                terminal = job.terminal()
-                if terminal is None or job.spec.created > cutoff:
-                    continue
-            except Exception:
-                continue
-            if not args.dry_run:
-                store.delete_prefix(job.layout.prefix)
-                burst.keyring.delete(job.id)
-            folders_done += 1
-            print(
-                f"{verb} job {job.id}"
-                + (f" ({job.spec.name})" if job.spec.name != job.id else "")
-                + f": {terminal.state.value}, {format_duration(time.time() - job.spec.created)} old"
-            )
-    print(
-        f"gc: {verb} {machines_done} machine(s)"
-        + (f" and {folders_done} job folder(s)" if older else "")
-        + (" (dry run)" if args.dry_run else ""),
-        file=sys.stderr,
-    )
+        problems += _gc_machines(args, burst, backend, machines, store, listed, verb, done)
+        if store.url in stores:
+            continue  # two backends, one Store: swept once
+        stores[store.url] = store
+        dropped = _gc_old_jobs(args, burst, store, older, verb, done) if older else []
+        leftovers = gc.sweep(store, grace, dropped)
+        _gc_report(leftovers, verb, done)
+        if not args.dry_run:
+            gc.remove(store, burst.keyring, leftovers)
+    keys = gc.orphan_keys(burst.keyring, list(stores.values()), grace, now=started)
+    _gc_report(keys, verb, done)
+    if not args.dry_run:
+        gc.remove(None, burst.keyring, keys)
+    summary = ", ".join(f"{n} {kind}(s)" for kind, n in done.items()) or "nothing"
+    print(f"gc: {verb} {summary}" + (" (dry run)" if args.dry_run else ""), file=sys.stderr)
     return EXIT_CONFIG if problems else EXIT_OK
+
+
+def _gc_machines(
+    args: argparse.Namespace,
+    burst: Any,
+    backend: str,
+    machines: Any,
+    store: Any,
+    listed: list[Any],
+    verb: str,
+    done: dict[str, int],
+) -> int:
+    """Delete the machines whose job ended or is unknown in ``store``; returns how many deletions failed."""
+    from ..client.burst import Job
+    from ..protocol.signing import SignatureError
+
+    me = _as_label(config.owner(burst.settings))
+    problems = 0
+    for m in listed:
+        job_id = m.job_id or m.labels.get("nbburst-job", "")
+        owner = m.labels.get("nbburst-owner")
+        if owner and _as_label(owner) != me and not args.any_owner:
+            continue  # someone else's machine: their gc, not ours
+        if not job_id or not valid_job_id(job_id) or not store.exists(JobLayout(job_id).spec):
+            why = "its job is unknown in " + store.url
+        else:
+            try:
+                terminal = Job(burst, job_id, store).terminal()
+            except SignatureError as exc:
+                print(f"nbburst: left machine {m.name} alone: its job cannot be verified here ({exc})", file=sys.stderr)
+                continue
+            if terminal is None:
+                continue  # the job is still alive: leave its machine alone
+            why = f"its job ended ({terminal.state.value})"
+        if not args.dry_run:
+            try:
+                machines.delete(m.name)
+            except Exception as exc:
+                print(f"nbburst: could not delete machine {m.name}: {exc}", file=sys.stderr)
+                problems += 1
+                continue
+        done["machine"] = done.get("machine", 0) + 1
+        print(f"{verb} machine {m.name} ({backend}): {why}")
+    return problems
+
+
+def _gc_old_jobs(
+    args: argparse.Namespace, burst: Any, store: Any, older: float, verb: str, done: dict[str, int]
+) -> list[str]:
+    """Delete the folders (and keys) of jobs that ended more than ``older`` seconds after they were made;
+    returns their ids."""
+    cutoff = time.time() - older
+    dropped = []
+    for job in burst.jobs(store=store):
+        try:
+            terminal = job.terminal()
+            if terminal is None or job.spec.created > cutoff:
+                continue
+        except Exception:
+            continue
+        if not args.dry_run:
+            store.delete_prefix(job.layout.prefix)
+            burst.keyring.delete(job.id)
+        dropped.append(job.id)
+        done["job folder"] = done.get("job folder", 0) + 1
+        print(
+            f"{verb} job {job.id}"
+            + (f" ({job.spec.name})" if job.spec.name != job.id else "")
+            + f": {terminal.state.value}, {format_duration(time.time() - job.spec.created)} old"
+        )
+    return dropped
+
+
+def _gc_report(items: list[Any], verb: str, done: dict[str, int]) -> None:
+    for item in items:
+        size = f"{_size(item.size)}, " if item.size else ""
+        print(f"{verb} {item.kind} {item.name} ({size}{format_duration(item.age)} old): {item.why}")
+        done[item.kind] = done.get(item.kind, 0) + 1
+
+
+def _size(n: float) -> str:
+    """``812 bytes``, ``3.4 MB``, ``1.4 GB``."""
+    for unit in ("bytes", "KB", "MB"):
+        if n < 1000:
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
 
 
 def _as_label(value: str) -> str:
@@ -330,10 +420,11 @@ def doctor_checks(burst: Any) -> list[Any]:
         checks.append(
             Check(
                 "state dir",
-                True,
-                f"{state} is writable" + ("" if not mode else "; the keys folder is readable by others"),
-                warning=False,
-                fix="chmod 700 " + str(state / "keys") if mode else "",
+                not mode,
+                f"{state} is writable"
+                + ("; its keys folder (the jobs' signing keys) is open to others" if mode else ""),
+                warning=True,  # jobs run, but others who can read the keys can forge their results
+                fix=f"chmod 700 {state / 'keys'}",
             )
         )
     except OSError as exc:
@@ -342,7 +433,7 @@ def doctor_checks(burst: Any) -> list[Any]:
                 "state dir",
                 False,
                 f"{state}: {exc}",
-                fix="set a writable folder: c.NBBurst.state_dir or $NBBURST_STATE_DIR",
+                fix=f"make {state} a writable folder, or set c.NBBurst.state_dir or $NBBURST_STATE_DIR to one",
             )
         )
     try:
@@ -351,42 +442,76 @@ def doctor_checks(burst: Any) -> list[Any]:
         store.put(key, b"ok")
         ok = store.get(key) == b"ok"
         store.delete(key)
-        checks.append(Check("store", ok, f"{store.url} is writable and readable"))
+        detail = f"{store.url} is writable and readable" if ok else f"{store.url} gave back other bytes than written"
+        checks.append(Check("store", ok, detail, fix=store_fix(settings)))
     except Exception as exc:
-        checks.append(
-            Check(
-                "store",
-                False,
-                f"{type(exc).__name__}: {exc}",
-                fix="check root/bucket (c.NBBurst.root, $NBBURST_ROOT) and access to it",
-            )
-        )
+        checks.append(Check("store", False, f"{type(exc).__name__}: {exc}", fix=store_fix(settings)))
     checks.append(Check("nbburst", True, f"version {__version__}, Python {sys.version.split()[0]} at {sys.executable}"))
     try:
         checks.extend(burst.machines().doctor())
-    except Exception as exc:
-        checks.append(
-            Check(
-                f"{settings.backend} backend",
-                False,
-                f"{type(exc).__name__}: {exc}",
-                fix="see the backend's configuration in docs/job-view-and-cli.md",
-            )
+    except Exception as exc:  # the backend could not even be opened (its own checks never raise)
+        fix = (
+            f"install what it needs ({exc.name}): pip install --upgrade nbburst"
+            if isinstance(exc, ImportError) and exc.name
+            else f"correct the {settings.backend} backend's settings named above (`nbburst doctor --set KEY=VALUE` "
+            "tries a value), or use --backend local, which needs none"
         )
+        checks.append(Check(f"{settings.backend} backend", False, f"{type(exc).__name__}: {exc}", fix=fix))
     return checks
 
 
+def store_fix(settings: Any) -> str:
+    """What to do when the Store cannot be written and read back, for where it is."""
+    try:
+        url = config.store_url(settings)
+    except BurstError:  # a remote backend without a bucket
+        return "set c.NBBurst.bucket or $NBBURST_BUCKET (`nbburst setup` then creates the bucket)"
+    if url.startswith("gs://"):
+        bucket = url[len("gs://") :].split("/", 1)[0]
+        return (
+            f"check that gs://{bucket} exists (`nbburst setup` creates it) and that these credentials may write "
+            "to it (gcloud auth application-default login)"
+        )
+    return f"make {url} a writable folder, or set c.NBBurst.root or $NBBURST_ROOT (or --root) to one"
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
-    burst = session(args, open_store=False)  # a Store that cannot be opened is one of the findings
-    checks = doctor_checks(burst)
+    from ..machines.base import Check
+
+    try:
+        burst = session(args, open_store=False)  # a Store that cannot be opened is one of the findings
+    except Exit as exc:
+        if exc.code != EXIT_CONFIG:
+            raise
+        found = Check(
+            "configuration",
+            False,
+            exc.message.removeprefix("configuration: "),
+            fix="correct that setting where it is set: a Jupyter config file (c.NBBurst...), an $NBBURST_... "
+            "variable or --set",
+        )
+        return print_checks([found])
+    return print_checks(doctor_checks(burst))
+
+
+def cmd_setup(args: argparse.Namespace) -> int:
+    from ..machines.gce.setup import setup
+
+    burst = session(args, open_store=False)  # the bucket may not exist yet: making it is the point
+    checks = setup(burst.machines("gce"), args.location, args.blob_days, grant=not args.no_grant)
+    return print_checks(checks)
+
+
+def print_checks(checks: list[Any]) -> int:
+    """Print findings (``doctor``, ``setup``) one a line, each problem with its fix; exit 4 if one failed."""
     out = console()
     marks = {"ok": "[green]✔[/]", "warn": "[yellow]![/]", "fail": "[bold red]✖[/]"}
     from rich.markup import escape
 
-    for check in checks:
-        out.print(f"{marks[check.level]} {escape(check.name)}: {escape(check.detail)}")
+    for check in checks:  # one line each, however long: the terminal wraps it, a pipe keeps it whole
+        out.print(f"{marks[check.level]} {escape(check.name)}: {escape(check.detail)}", soft_wrap=True)
         if check.fix and not check.ok:
-            out.print(f"    fix: {escape(check.fix)}")
+            out.print(f"    fix: {escape(check.fix)}", soft_wrap=True)
     failed = [c for c in checks if c.level == "fail"]
     if failed:
         print(f"nbburst: {len(failed)} check(s) failed", file=sys.stderr)
@@ -443,14 +568,14 @@ def cmd_image_build(args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--root", help="Store URL (default: configuration)")
-    common.add_argument("--backend", choices=BACKENDS, help="backend (default: configuration)")
+    common.add_argument("--backend", choices=backends.names(), help="backend (default: configuration)")
     common.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setting (repeatable)")
 
     p = argparse.ArgumentParser(
         prog="nbburst",
         description="Manage nbburst jobs: the ones %%burst cells and nbburst.submit started.",
         epilog="Exit codes: 0 ok, 1 job failed or cancelled, 2 usage error, 3 job not found, "
-        "4 configuration or credentials, 5 job not finished, 130 interrupted.",
+        "4 configuration, credentials or environment, 5 job not finished, 130 interrupted.",
     )
     p.add_argument("--version", action="version", version=f"nbburst {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -459,7 +584,17 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--all", action="store_true", help="all jobs")
     s.add_argument("--state", help="only these states, comma-separated: running, failed, active, done, ...")
     s.add_argument("--cost", action="store_true", help="add totals: cost, machine-hours, saving vs on-demand")
-    s.add_argument("--json", action="store_true", help="JSON (Job.info() of each job) instead of a table")
+    s.add_argument(
+        "--json",
+        action="store_true",
+        help="a JSON list of Job.info() of each job (with --cost: an object with jobs and totals)",
+    )
+    s.add_argument(
+        "--plain",
+        action="store_true",
+        help="one job a line, tab-separated: ID NAME STATE AGE MACHINE ELAPSED COST, nothing cut, no header "
+        "(the default when the output is not a terminal)",
+    )
     s.set_defaults(func=cmd_jobs)
 
     s = sub.add_parser("info", parents=[common], help="one job's details as JSON")
@@ -493,14 +628,45 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--grace", type=float, default=3.0, help="seconds between soft-off and power-off (default 3)")
     s.set_defaults(func=cmd_preempt)
 
-    s = sub.add_parser("gc", parents=[common], help="delete leftover machines (and, with --older-than, old jobs)")
+    s = sub.add_parser(
+        "gc",
+        parents=[common],
+        help="delete leftover machines, half-written jobs, unreferenced blobs and orphan keys "
+        "(and, with --older-than, old jobs)",
+    )
     s.add_argument("--dry-run", action="store_true", help="only say what would be deleted")
     s.add_argument("--older-than", metavar="AGE", help="also delete folders of ended jobs older than AGE (7d, 12h)")
+    s.add_argument(
+        "--grace",
+        default="1d",
+        metavar="AGE",
+        help="leave Store leftovers (spec-less job folders, unfinished writes, unreferenced blobs, "
+        "orphan keys) younger than AGE alone: an upload may still be in progress (default 1d)",
+    )
     s.add_argument("--any-owner", action="store_true", help="also machines labelled with another owner")
     s.set_defaults(func=cmd_gc)
 
     s = sub.add_parser("doctor", parents=[common], help="check configuration, Store and backend")
     s.set_defaults(func=cmd_doctor)
+
+    s = sub.add_parser(
+        "setup",
+        parents=[common],
+        help="create the gce bucket if it is missing and let the VMs use it",
+        description="Create the gce backend's bucket when it does not exist (uniform bucket-level access, "
+        "public access prevention, a lifecycle rule for old values), grant the VMs' service account "
+        "roles/storage.objectUser on it, then check who may use it.",
+    )
+    s.add_argument("--location", metavar="REGION", help="where a new bucket goes (default: the zone's region)")
+    s.add_argument(
+        "--blob-days",
+        type=int,
+        default=30,
+        metavar="N",
+        help="delete stored values (PREFIX/blobs/) older than N days (default 30; 0: keep them)",
+    )
+    s.add_argument("--no-grant", action="store_true", help="leave the bucket's IAM policy as it is")
+    s.set_defaults(func=cmd_setup)
 
     s = sub.add_parser("supervise", parents=[common], help="relaunch preempted jobs until stopped")
     s.add_argument("--interval", default="5s", help="time between rounds (default 5s)")

@@ -19,7 +19,10 @@ from IPython.display import publish_display_data
 from .. import config
 from ..client.burst import Burst, Job
 from ..client.capture import capture
+from ..client.cellcode import check_syntax
 from ..errors import UsageError
+from ..protocol import backends
+from .records import show_record
 from .tables import RECENT_JOBS, ConfigTable, JobsTable, select_infos
 
 
@@ -31,21 +34,6 @@ def _parse(func: Any, line: str) -> Any:
         raise UsageError(f"invalid options: {line!r}; see %%burst? for the options") from None
     except Exception as exc:  # argparse's UsageError from IPython names the option
         raise UsageError(str(exc)) from None
-
-
-def render_record(record: dict[str, Any]) -> None:
-    """Show one log record in the current cell, as the kernel would show it locally."""
-    kind = record.get("s")
-    if kind == "stdout":
-        sys.stdout.write(record["x"])
-        sys.stdout.flush()
-    elif kind == "stderr":
-        sys.stderr.write(record["x"])
-        sys.stderr.flush()
-    elif kind == "display":
-        publish_display_data(record.get("data", {}), record.get("metadata") or {})
-    elif kind == "event":
-        sys.stderr.write(record["x"] if record["x"].endswith("\n") else record["x"] + "\n")
 
 
 class _LineParser(argparse.ArgumentParser):
@@ -87,7 +75,7 @@ class BurstMagics(Magics):
     @argument("--zone", help="Compute Engine zone, or auto")
     @argument("--image", help="VM image")
     @argument("--image-family", help="VM image family")
-    @argument("--backend", choices=["local", "gce"], help="where to run (default from config)")
+    @argument("--backend", choices=backends.names(), help="where to run (default from config)")
     @argument("--name", help="a name for the job (usable wherever a job id is)")
     @argument("--timeout", help="hard time limit: 90s, 30m, 2h (default 24h)")
     @argument("--max-restarts", type=int, help="relaunches after preemption before failing (default 10)")
@@ -127,7 +115,8 @@ class BurstMagics(Magics):
             }
         )
         code = self.shell.transform_cell(cell)
-        cap = capture(code, self.shell.user_ns, opts.out, set(getattr(self.shell, "user_ns_hidden", ())))
+        check_syntax(code, f"Cell In[{self.shell.execution_count}]", first_line=2)  # the %%burst line is line 1
+        cap = capture(code, self.shell.user_ns, opts.out, getattr(self.shell, "user_ns_hidden", None))
         job = self.client.submit_cell(code, cap, opts)
         if opts.detach:
             print(f"nbburst: job {job.name} ({job.id}) submitted; `%burst attach {job.name}` brings its outputs in")
@@ -152,15 +141,19 @@ class BurstMagics(Magics):
     def _wait_and_collect(self, job: Job) -> Any:
         __tracebackhide__ = True
         view = None
+        out_shown = False  # the machine's displayhook showed the cell's Out (a "result" record), in its place
 
         def on_record(record: dict[str, Any]) -> None:
-            render_record(record)
-            view.feed(record)
+            nonlocal out_shown
+            out_shown = out_shown or record.get("s") == "result"
+            show_record(record)
+            if view is not None:
+                view.feed(record)
 
         try:
             view = self._view(job)
             if view is None:
-                job.wait(on_record=render_record)
+                job.wait(on_record=on_record)
             else:
                 view.start("blocking")
                 job.wait(on_record=on_record, tail=view.tail)
@@ -179,12 +172,14 @@ class BurstMagics(Magics):
             raise
         if view is not None:
             view.finish()
-        outcome = job.outcome()  # raises the cell's own exception, or why the job ended without a result
+        outcome = job.outcome(self.shell.user_ns)  # raises the cell's own exception, or why there is no result
+        outcome.merge_into(self.shell.user_ns)
         for warning in outcome.warnings:
             print(f"nbburst: {warning}", file=sys.stderr)
-        self.shell.user_ns.update(outcome.values)
-        for name in outcome.deleted:
-            self.shell.user_ns.pop(name, None)
+        if out_shown:  # only `_` and Out[n] are left to set, as the kernel's displayhook would
+            if outcome.has_last:
+                self.shell.displayhook.update_user_ns(outcome.last)
+            return None
         if outcome.last_bundle:
             publish_display_data(*outcome.last_bundle)
             return None
@@ -238,7 +233,7 @@ class BurstMagics(Magics):
 
             def show(record: dict[str, Any]) -> None:
                 if args.attempt is None or record.get("attempt") == args.attempt:
-                    render_record(record)
+                    show_record(record)
 
             try:
                 job.wait(on_record=show, supervise=False)

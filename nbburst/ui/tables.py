@@ -10,28 +10,12 @@ import html
 import time
 from typing import Any
 
+from ..protocol import backends
 from ..protocol.durations import format_duration
 from ..protocol.job import State
 from ..protocol.pricing import usd
+from . import style
 
-STATE_COLORS = {
-    "SUBMITTED": "#6b7280",
-    "PROVISIONING": "#b45309",
-    "RUNNING": "#1d4ed8",
-    "PREEMPTED": "#b45309",
-    "SUCCEEDED": "#15803d",
-    "FAILED": "#b91c1c",
-    "CANCELLED": "#6b7280",
-}
-RICH_STYLES = {
-    "SUBMITTED": "dim",
-    "PROVISIONING": "yellow",
-    "RUNNING": "bold blue",
-    "PREEMPTED": "yellow",
-    "SUCCEEDED": "green",
-    "FAILED": "bold red",
-    "CANCELLED": "dim",
-}
 COLUMNS = ("id", "name", "state", "age", "machine", "elapsed", "cost")
 
 
@@ -47,7 +31,7 @@ def age(created: float, now: float | None = None) -> str:
 def machine_text(info: dict[str, Any], long: bool = False) -> str:
     """``n2-standard-64 spot`` or, long, ``n2-standard-64 · 64 vCPU · 256 GB · 1× nvidia-l4 · spot · us-central1-a``."""
     m = info.get("machine") or {}
-    if info.get("backend") == "local" or m.get("type") == "local":
+    if not backends.is_remote(info.get("backend")) or m.get("type") == "local":
         if not long:
             return "local"
         parts = ["local"]
@@ -69,10 +53,14 @@ def machine_text(info: dict[str, Any], long: bool = False) -> str:
 
 
 def cost_text(info: dict[str, Any]) -> str:
-    return usd(0.0 if info.get("backend") == "local" else info.get("cost_usd"))
+    return usd(info.get("cost_usd") if backends.is_remote(info.get("backend")) else 0.0)
 
 
 def row(info: dict[str, Any], now: float | None = None) -> dict[str, str]:
+    if info.get("unverified"):  # nothing read from its folder is shown: its id, the time the id tells, and why
+        cells = dict.fromkeys(COLUMNS, "")
+        why = f"cannot verify: {info['unverified']}"
+        return {**cells, "id": info["id"], "state": why, "age": age(info["created"], now)}
     state = info["state"] + (f" ({info['attempt']})" if info.get("attempt", 0) > 1 else "")
     return {
         "id": info["id"],
@@ -94,68 +82,122 @@ def totals(infos: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-def rich_table(infos: list[dict[str, Any]], with_totals: bool = False) -> Any:
+def totals_rows(infos: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The totals under a text table (``--cost``): jobs, machine-hours and cost, then the saving if any."""
+    t = totals(infos)
+    rows = [
+        {"id": "total", "name": f"{t['jobs']} jobs", "elapsed": f"{t['machine_hours']:g} h", "cost": usd(t["cost_usd"])}
+    ]
+    if t["saving_usd"]:
+        rows.append({"name": "saved vs on-demand", "cost": usd(t["saving_usd"])})
+    return rows
+
+
+#: Columns a narrow terminal goes without, first to last (AGE is also in the id). ID, NAME and STATE
+#: always stay, and whole: a name or id cut short cannot be typed back.
+NARROW_DROPS = ("age", "machine", "cost", "elapsed")
+_GAP = 3  # " │ " between two columns (no outer edge)
+
+
+def fitting_columns(
+    rows: list[dict[str, str]], width: int | None, wanted: tuple[str, ...] = ()
+) -> tuple[tuple[str, ...], dict[str, int]]:
+    """The columns to show in ``width`` characters (those ``wanted`` give way last), and each one's natural
+    width."""
+    from rich.cells import cell_len
+
+    natural = {c: max([len(c), *(cell_len(r.get(c, "")) for r in rows)]) for c in COLUMNS}
+    kept = list(COLUMNS)
+    for col in sorted(NARROW_DROPS, key=lambda c: c in wanted):
+        if width is None or sum(natural[c] for c in kept) + _GAP * (len(kept) - 1) <= width:
+            break
+        kept.remove(col)
+    return tuple(kept), natural
+
+
+def rich_table(infos: list[dict[str, Any]], with_totals: bool = False, width: int | None = None) -> Any:
+    """The jobs table for a terminal ``width`` characters wide (None: any width): less important columns
+    give way; ids and names are never cut (past ID+NAME+STATE the table is wider than ``width``)."""
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(show_edge=False, header_style="bold", pad_edge=False)
-    for col in COLUMNS:
+    now = time.time()
+    rows = [row(info, now) for info in infos]
+    extra = totals_rows(infos) if with_totals else []
+    columns, natural = fitting_columns(rows + extra, width, ("cost",) if with_totals else ())
+    needed = sum(natural[c] for c in columns) + _GAP * (len(columns) - 1)
+    table = Table(
+        show_edge=False, header_style="bold", pad_edge=False, width=needed if width and needed > width else None
+    )
+    for col in columns:
+        whole = col in ("id", "name")
         table.add_column(
             col.upper(),
             justify="right" if col in ("age", "elapsed", "cost") else "left",
-            no_wrap=col in ("id", "state", "cost", "age", "elapsed"),
+            no_wrap=col != "machine",
+            overflow="fold",
+            min_width=natural[col] if whole else None,
         )
-    now = time.time()
-    for info in infos:
-        r = row(info, now)
-        cells = [escape(r[c]) for c in COLUMNS]
-        style = RICH_STYLES.get(info["state"])
-        cells[COLUMNS.index("state")] = f"[{style}]{cells[COLUMNS.index('state')]}[/]" if style else r["state"]
-        table.add_row(*cells)
-    if with_totals:
-        t = totals(infos)
-        table.add_section()
-        table.add_row(
-            "total", f"{t['jobs']} jobs", "", "", "", f"{t['machine_hours']:g} h", usd(t["cost_usd"]), style="bold"
-        )
-        if t["saving_usd"]:
-            table.add_row("", "saved vs on-demand", "", "", "", "", usd(t["saving_usd"]), style="green")
+    for info, r in zip(infos, rows, strict=True):
+        cells = {c: escape(r[c]) for c in columns}
+        markup = style.RICH_STYLES.get(info["state"])
+        if markup:
+            cells["state"] = f"[{markup}]{cells['state']}[/]"
+        table.add_row(*cells.values())
+    for n, r in enumerate(extra):
+        if n == 0:
+            table.add_section()
+        table.add_row(*(escape(r.get(c, "")) for c in columns), style="bold" if n == 0 else "green")
     return table
 
 
-def render_rich(renderable: Any, width: int = 120) -> str:
+def plain_lines(infos: list[dict[str, Any]], with_totals: bool = False) -> list[str]:
+    """The jobs for scripts and pipes: one a line, the fields of :data:`COLUMNS` tab-separated, nothing cut,
+    no header; NAME is the job's name even when it is its id. ``with_totals`` adds the totals rows last."""
+    now = time.time()
+    rows = [{**row(info, now), "name": info["name"]} for info in infos]
+    if with_totals:
+        rows += totals_rows(infos)
+    return ["\t".join(r.get(c, "") for c in COLUMNS) for r in rows]
+
+
+#: Width of the text rendering of tables outside a terminal (``repr`` in a kernel, logs).
+TEXT_WIDTH = 120
+
+
+def render_rich(renderable: Any, width: int = TEXT_WIDTH) -> str:
     """Plain text of a rich renderable (no colours), for text/plain and logs."""
     import io
 
     from rich.console import Console
 
     console = Console(width=width, file=io.StringIO(), color_system=None, force_jupyter=False)
-    console.print(renderable)
+    console.print(renderable, crop=False)
     return console.file.getvalue()
 
 
 def html_table(infos: list[dict[str, Any]], with_totals: bool = False) -> str:
     now = time.time()
-    head = "".join(f"<th style='text-align:left'>{c}</th>" for c in COLUMNS)
+    head = "".join(f"<th style='{style.CELL}'>{c}</th>" for c in COLUMNS)
     body = []
     for info in infos:
         r = row(info, now)
         cells = []
         for c in COLUMNS:
-            value = html.escape(r[c])
+            value, css = html.escape(r[c]), style.CELL
             if c == "state":
-                value = f"<span style='color:{STATE_COLORS.get(info['state'], 'inherit')}'>{value}</span>"
+                css = style.colored_cell(style.state_color(info["state"]))
             elif c == "id":
                 value = f"<code>{value}</code>"
-            cells.append(f"<td style='text-align:left'>{value}</td>")
+            cells.append(f"<td style='{css}'>{value}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     if with_totals or not infos:
         t = totals(infos)
         body.append(
-            f"<tr><td colspan='{len(COLUMNS) - 1}' style='text-align:left'><b>{t['jobs']} jobs</b>, "
+            f"<tr><td colspan='{len(COLUMNS) - 1}' style='{style.CELL}'><b>{t['jobs']} jobs</b>, "
             f"saved {usd(t['saving_usd'])} vs on-demand</td><td><b>{usd(t['cost_usd'])}</b></td></tr>"
         )
-    return f"<table class='nbburst-jobs'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    return f"<table class='{style.JOBS_TABLE}'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 class JobsTable:
@@ -177,7 +219,7 @@ class JobsTable:
     def __repr__(self) -> str:
         if not self.infos:
             return "no jobs"
-        return render_rich(rich_table(self.infos, self.with_totals)).rstrip()
+        return render_rich(rich_table(self.infos, self.with_totals, TEXT_WIDTH)).rstrip()
 
 
 #: Without --all, job lists show unfinished jobs and this many of the newest.
@@ -237,15 +279,15 @@ class ConfigTable:
 
     def _repr_html_(self) -> str:
         rows = "".join(
-            f"<tr><td style='text-align:left'><code>{html.escape(name)}</code></td>"
-            f"<td style='text-align:left'>{html.escape(str(e['value']))}</td>"
-            f"<td style='text-align:left;color:{'#6b7280' if e['source'] == 'default' else 'inherit'}'>"
+            f"<tr><td style='{style.CELL}'><code>{html.escape(name)}</code></td>"
+            f"<td style='{style.CELL}'>{html.escape(str(e['value']))}</td>"
+            f"<td style='{style.colored_cell(style.MUTED if e['source'] == 'default' else 'inherit')}'>"
             f"{html.escape(e['source'])}</td></tr>"
             for name, e in self.described.items()
         )
         return (
-            "<table class='nbburst-config'><thead><tr><th style='text-align:left'>setting</th>"
-            "<th style='text-align:left'>value</th><th style='text-align:left'>source</th></tr></thead>"
+            f"<table class='{style.CONFIG_TABLE}'><thead><tr><th style='{style.CELL}'>setting</th>"
+            f"<th style='{style.CELL}'>value</th><th style='{style.CELL}'>source</th></tr></thead>"
             f"<tbody>{rows}</tbody></table>"
         )
 

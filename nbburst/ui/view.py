@@ -23,6 +23,9 @@ thread). The view runs in one of these modes:
 
 Button callbacks run only while the kernel is idle, so Cancel and Detach act
 on background views; a waiting cell is detached with the kernel's interrupt.
+
+Its look (classes under one root class, a stylesheet of theme colours carried
+inside the view) comes from :mod:`nbburst.ui.style`.
 """
 
 from __future__ import annotations
@@ -33,15 +36,17 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..client.burst import LogTail, render_text
 from ..errors import JobNotFound
+from ..protocol import backends
 from ..protocol.durations import format_duration
 from ..protocol.job import State
 from ..protocol.pricing import usd
-from .tables import STATE_COLORS, machine_text
+from . import style
+from .records import record_text
+from .tables import machine_text
 
 if TYPE_CHECKING:
-    from ..client.burst import Job
+    from ..client.burst import Job, LogTail
 
 TICK_SECONDS = 0.25  # widget refresh
 INFO_SECONDS = 1.0  # status/cost reads from the Store
@@ -52,13 +57,15 @@ CONSOLE_LINES = 10
 FULL_LOG_LIMIT = 256 * 1024  # characters kept in the full-log widget; `%burst logs` has everything
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _SYMBOLS = {"SUCCEEDED": "✔", "FAILED": "✖", "CANCELLED": "■"}
+_ENDED = {s.value for s in State if s.terminal}  # verdicts; a summary that cannot be verified (UNVERIFIED) is none
 
 _VIEWS: dict[str, JobView] = {}  # job id -> its live view in this kernel
 _VIEWS_LOCK = threading.Lock()
 
 
-def _classes(name: str) -> tuple[str, ...]:
-    return ("nbburst", name)
+def _classes(part: str) -> tuple[str]:
+    """The ``_dom_classes`` of one part of the view (its stylesheet and tests find it by them)."""
+    return (style.part(part),)
 
 
 class JobView:
@@ -86,39 +93,40 @@ class JobView:
         self.error: BaseException | None = None
         self._handle: Any = None
 
-        self.header = w.HTML(self._header_html(), _dom_classes=_classes("nbburst-header"))
-        self.status = w.HTML("", _dom_classes=_classes("nbburst-state"))
+        # The stylesheet travels inside the view (a hidden HTML widget), so saved notebooks keep it too.
+        self.stylesheet = w.HTML(style.stylesheet(), _dom_classes=_classes("style"), layout=w.Layout(display="none"))
+        self.header = w.HTML(self._header_html(), _dom_classes=_classes("header"))
+        self.status = w.HTML("", _dom_classes=_classes("state"))
         self.bar = w.FloatProgress(
-            value=0.0, min=0.0, max=1.0, layout=w.Layout(width="50%"), _dom_classes=_classes("nbburst-progress")
+            value=0.0, min=0.0, max=1.0, layout=w.Layout(width="50%"), _dom_classes=_classes("progress")
         )
-        self.bar_label = w.HTML("", _dom_classes=_classes("nbburst-progress-label"))
+        self.bar_label = w.HTML("", _dom_classes=_classes("progress-label"))
         self.progress_box = w.HBox([self.bar, self.bar_label], layout=w.Layout(display="none"))
-        self.tail_html = w.HTML("", _dom_classes=_classes("nbburst-tail"))
+        self.tail_html = w.HTML("", _dom_classes=_classes("tail"))
         # While the machine boots, its console (serial port) is the only sign of life, or of trouble.
-        self.console_html = w.HTML("", _dom_classes=_classes("nbburst-console"), layout=w.Layout(display="none"))
-        self.full_log = w.Output(
-            _dom_classes=_classes("nbburst-log"), layout=w.Layout(max_height="24em", overflow="auto")
-        )
+        self.console_html = w.HTML("", _dom_classes=_classes("console"), layout=w.Layout(display="none"))
+        self.full_log = w.Output(_dom_classes=_classes("log"), layout=w.Layout(max_height="24em", overflow="auto"))
         self.log_box = w.Accordion(children=[self.full_log], titles=("Full log",), selected_index=None)
         self.cancel_button = w.Button(
             description="Cancel",
             icon="stop",
             button_style="danger",
             tooltip="Stop the job and delete its machine",
-            _dom_classes=_classes("nbburst-cancel"),
+            _dom_classes=_classes("cancel"),
         )
         self.detach_button = w.Button(
             description="Detach",
             icon="unlink",
             tooltip="Stop following; the job keeps running (`%burst attach` shows it "
             "again). While the cell waits, interrupt the kernel to detach.",
-            _dom_classes=_classes("nbburst-detach"),
+            _dom_classes=_classes("detach"),
         )
         self.buttons = w.HBox([self.cancel_button, self.detach_button])
-        self.note = w.HTML("", _dom_classes=_classes("nbburst-note"))
-        self.summary = w.HTML("", _dom_classes=_classes("nbburst-summary"), layout=w.Layout(display="none"))
+        self.note = w.HTML("", _dom_classes=_classes("note"))
+        self.summary = w.HTML("", _dom_classes=_classes("summary"), layout=w.Layout(display="none"))
         self.widget = w.VBox(
             [
+                self.stylesheet,
                 self.header,
                 self.status,
                 self.progress_box,
@@ -129,8 +137,7 @@ class JobView:
                 self.note,
                 self.summary,
             ],
-            _dom_classes=_classes("nbburst-view"),
-            layout=w.Layout(border="1px solid #d1d5db", padding="4px 8px"),
+            _dom_classes=(style.ROOT,),
         )
         self.cancel_button.on_click(lambda _b: self.cancel())
         self.detach_button.on_click(lambda _b: self.detach())
@@ -234,7 +241,7 @@ class JobView:
         while not self._stop.is_set():
             try:
                 self._tick()
-                if self.mode == "background" and State(self._info["state"]).terminal:
+                if self.mode == "background" and self._info["state"] in _ENDED:
                     self._tick(force_info=True)  # the last log chunks
                     self._render_done()
                     return
@@ -269,14 +276,14 @@ class JobView:
         i = self._info
         name = f"<b>{html.escape(i['name'])}</b> · " if i["name"] != i["id"] else ""
         return (
-            f"<div style='line-height:1.4'>{name}<code>{html.escape(i['id'])}</code> · "
+            f"<div class='{style.LINE}'>{name}<code>{html.escape(i['id'])}</code> · "
             f"{html.escape(machine_text(i, long=True))}</div>"
         )
 
     def _live_numbers(self) -> tuple[float, float]:
         """Elapsed wall time and cost, extrapolated from the last Store read."""
         i = self._info
-        terminal = State(i["state"]).terminal
+        terminal = i["state"] in _ENDED
         drift = 0.0 if terminal else max(0.0, time.time() - self._info_wall)
         elapsed = (i.get("ended") or (self._info_wall + drift)) - i["created"]
         cost = i.get("cost_usd") or 0.0
@@ -287,19 +294,18 @@ class JobView:
     def _render_status(self) -> None:
         i = self._info
         elapsed, cost = self._live_numbers()
-        color = STATE_COLORS.get(i["state"], "inherit")
         parts = [
-            f"<b style='color:{color}'>{i['state']}</b>",
+            style.state_html(i["state"]),
             f"attempt {max(1, i.get('attempt') or 1)}",
             format_duration(elapsed),
         ]
-        if i.get("backend") == "local":
+        if not backends.is_remote(i.get("backend")):
             parts.append(f"{usd(0.0)} · local")
         else:
             parts.append(f"{usd(cost)} · {usd(i.get('cost_per_hour_usd') or 0.0)}/h")
         message = i.get("message") or ""
-        if message and not State(i["state"]).terminal:
-            parts.append(f"<span style='color:#6b7280'>{html.escape(message)}</span>")
+        if message and i["state"] not in _ENDED:
+            parts.append(style.note_html(message))
         value = " · ".join(parts)
         if value != self._last_status:
             self.status.value = self._last_status = value
@@ -318,8 +324,7 @@ class JobView:
         if value and value != self._last_console:
             self._last_console = value
             self.console_html.value = (
-                "<div style='color:#6b7280'>machine console (booting):</div>"
-                f"<pre style='margin:0;font-size:85%'>{html.escape(value)}</pre>"
+                f"<div class='{style.NOTE}'>machine console (booting):</div><pre>{html.escape(value)}</pre>"
             )
             self.console_html.layout.display = None
 
@@ -360,7 +365,7 @@ class JobView:
         with self._lock:
             records, self._pending = self._pending, []
         for record in records:
-            text = render_text(record)
+            text = record_text(record)
             if not text:
                 continue
             self._add_tail_text(text)
@@ -376,12 +381,7 @@ class JobView:
         tail = "\n".join(lines)
         if tail != self._last_tail:
             self._last_tail = tail
-            self.tail_html.value = (
-                "<pre style='margin:2px 0;max-height:16em;overflow:auto;font-size:85%;line-height:1.25;"
-                f"background:#f9fafb;padding:2px 4px'>{html.escape(tail)}</pre>"
-                if tail
-                else ""
-            )
+            self.tail_html.value = f"<pre>{html.escape(tail)}</pre>" if tail else ""
         now = time.monotonic()
         if self._log_buffer and (force or now - self._log_flushed >= FULL_LOG_SECONDS):
             text, self._log_buffer = "".join(self._log_buffer), []
@@ -393,10 +393,10 @@ class JobView:
         state = i["state"]
         elapsed, cost = self._live_numbers()
         c = i.get("cost") or {}
-        what = f"{_SYMBOLS.get(state, '')} <b style='color:{STATE_COLORS.get(state, 'inherit')}'>{state}</b>"
+        what = style.state_html(state, _SYMBOLS.get(state, ""))
         verb = "in" if state == "SUCCEEDED" else "after"
         parts = [f"{what} {verb} {format_duration(elapsed)}", html.escape(machine_text(i))]
-        if i.get("backend") == "local":
+        if not backends.is_remote(i.get("backend")):
             parts.append(f"{usd(0.0)} (local)")
         else:
             money = usd(cost)
@@ -407,13 +407,12 @@ class JobView:
         if i.get("attempt", 0) > 1:
             parts.append(f"{i['attempt']} attempts")
         summary = " · ".join(parts)
+        if backends.is_remote(i.get("backend")) and c.get("notes"):  # how the cost was estimated, e.g. no live prices
+            summary += "<br>" + style.note_html("; ".join(c["notes"]))
         if state != "SUCCEEDED" and i.get("message"):
-            summary += f"<br><span style='color:#6b7280'>{html.escape(i['message'])}</span>"
+            summary += "<br>" + style.note_html(i["message"])
         if self.mode == "background" and state == "SUCCEEDED":
-            summary += (
-                f"<br><span style='color:#6b7280'>`%burst attach {html.escape(i['name'])}` or "
-                f"`job.result()` brings its outputs in</span>"
-            )
+            summary += "<br>" + style.note_html(f"`%burst attach {i['name']}` or `job.result()` brings its outputs in")
         self.summary.value = summary
         self.summary.layout.display = None
         if self._handle is not None:  # static renderings (nbconvert, text frontends) get the summary too

@@ -1,25 +1,44 @@
 """``nbburst doctor`` for the gce backend: what is set up, what is missing, and how to fix it.
 
+Credentials, project and zone, the Compute API, the bucket and who may use it (these credentials, the VMs'
+scopes and service account: :mod:`~nbburst.machines.gce.access`), the spot and standard quotas of the region
+and of the project (:mod:`~nbburst.machines.gce.quota`), and the image.
+
 Read-only: it lists and reads (credentials, zone, bucket, quotas, image) and never creates anything
-that costs money.
+that costs money. It reads through the public names of :class:`Subject` (what GCEMachines offers) and
+of the Compute layer (:mod:`nbburst.machines.gce.api`), so it never imports the backend it examines.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ... import config
 from ...protocol import pricing
 from ...protocol.job import Resources
 from ..base import Check
 from . import types as gce_types
-
-if TYPE_CHECKING:
-    from .machines import GCEMachines
+from .api import ComputeAPI
 
 
-def doctor(machines: GCEMachines, resources: Resources | None = None) -> list[Check]:
+class Subject(Protocol):
+    """What the doctor examines: the gce backend's settings, its Compute layer and its choices."""
+
+    settings: config.NBBurst
+    api: ComputeAPI
+
+    def on_workbench(self) -> bool: ...
+    def zone_setting(self, resources: Resources | None = None) -> str: ...
+    def zones_for(self, resources: Resources) -> list[str]: ...
+    def store_for(self, root: str) -> Any: ...
+    def image_for(self, resources: Resources) -> tuple[str, str | None, str]: ...
+    def check_python(self, image: str, image_python: str | None) -> None: ...
+    def access_checks(self, bucket: str) -> list[Check]: ...
+
+
+def doctor(machines: Subject, resources: Resources | None = None) -> list[Check]:
     """The checks of ``nbburst doctor`` for the gce backend; never raises."""
+    api = machines.api
     checks: list[Check] = []
 
     def check(name: str, fn: Any) -> Any:
@@ -31,36 +50,33 @@ def doctor(machines: GCEMachines, resources: Resources | None = None) -> list[Ch
             return None
 
     def creds() -> Any:
-        if machines.endpoint:
+        if api.endpoint:
             checks.append(
-                Check("credentials", True, f"Compute Engine emulator at {machines.endpoint} (anonymous credentials)")
+                Check("credentials", True, f"Compute Engine emulator at {api.endpoint} (anonymous credentials)")
             )
             return True
-        c = machines._credentials()
+        c = api.credentials()
         who = getattr(c, "service_account_email", None) or getattr(c, "signer_email", None) or "user credentials"
         checks.append(Check("credentials", True, f"Application Default Credentials ({who})"))
         return True
 
     if not check("credentials", creds):
         return checks
-    where = check("project and zone", lambda: (machines.project, machines._zone_setting(resources)))
+    where = check("project and zone", lambda: (api.project, machines.zone_setting(resources)))
     if not where:
         return checks
-    from .machines import workbench
-
     checks.append(
         Check(
             "project and zone",
             True,
-            f"project {where[0]}, zone {where[1]}" + (" (on a Vertex AI Workbench instance)" if workbench() else ""),
+            f"project {where[0]}, zone {where[1]}"
+            + (" (on a Vertex AI Workbench instance)" if machines.on_workbench() else ""),
         )
     )
 
     def compute_api() -> Any:
-        zones = machines._zones_for(resources or Resources())
-        zone = machines._api(
-            "reading the zone", machines._client("ZonesClient").get, project=machines.project, zone=zones[0], timeout=30
-        )
+        zones = machines.zones_for(resources or Resources())
+        zone = api.zone(zones[0])
         checks.append(Check("compute api", True, f"zone {zone.name} is {zone.status}"))
         return zones
 
@@ -72,42 +88,38 @@ def doctor(machines: GCEMachines, resources: Resources | None = None) -> list[Ch
 
     def quota() -> None:
         plan_zone = zones[0]
-        catalog = machines._catalog(plan_zone)
+        catalog = api.machine_types(plan_zone)
         choice = gce_types.choose(
             res,
             catalog,
             plan_zone,
             pricing.table_for(machines.settings),
-            machines._gpus(plan_zone) if res.gpu else None,
+            api.accelerator_types(plan_zone) if res.gpu else None,
         )
         for spot in (True, False):
-            problem = machines._quota_problem(plan_zone, choice.machine, choice.gpu, choice.gpu_count, spot)
+            short = api.quota_shortfall(plan_zone, choice.machine, choice.gpu, choice.gpu_count, spot)
             kind = "spot" if spot else "standard"
-            if problem:
+            if short:
+                link = api.quota_link(short.metric)
+                fix = f"request more quota: {link} ({short.metric})"
                 checks.append(
-                    Check(
-                        f"{kind} quota",
-                        False,
-                        problem,
-                        warning=not spot,
-                        fix=f"request more quota: {machines._quota_link('CPUS')}",
-                    )
+                    Check(f"{kind} quota", False, short.message(api.project, link), warning=not spot, fix=fix)
                 )
             else:
                 checks.append(
                     Check(
                         f"{kind} quota",
                         True,
-                        f"room for a {kind} {choice.machine.name} "
-                        f"({choice.machine.cpus} vCPUs) in {pricing.region_of(plan_zone)}",
+                        f"room for a {kind} {choice.machine.name} ({choice.machine.cpus} vCPUs) in "
+                        f"{pricing.region_of(plan_zone)} and in the project's all-regions quotas",
                     )
                 )
 
     check("quota", quota)
 
     def image() -> None:
-        path, py, source = machines._image(res)
-        machines._check_python(path, py)
+        path, py, source = machines.image_for(res)
+        machines.check_python(path, py)
         checks.append(
             Check(
                 "image", True, f"{path} from {source}" + (f", Python {py}" if py else " (Python version not labelled)")
@@ -118,7 +130,7 @@ def doctor(machines: GCEMachines, resources: Resources | None = None) -> list[Ch
     return checks
 
 
-def _bucket(machines: GCEMachines) -> list[Check]:
+def _bucket(machines: Subject) -> list[Check]:
     url = config.store_url(machines.settings, "gce")
     if not url.startswith("gs://"):
         return [
@@ -130,7 +142,7 @@ def _bucket(machines: GCEMachines) -> list[Check]:
             )
         ]
     bucket_name = url[len("gs://") :].split("/", 1)[0]
-    store = machines._store(url)
+    store = machines.store_for(url)
     bucket = store.client.bucket(bucket_name)
     if not bucket.exists(timeout=30):
         return [
@@ -142,7 +154,10 @@ def _bucket(machines: GCEMachines) -> list[Check]:
                 "--uniform-bucket-level-access --public-access-prevention",
             )
         ]
-    out = [Check("bucket", True, f"gs://{bucket_name} exists (storage api reachable)")]
+    out = [
+        Check("bucket", True, f"gs://{bucket_name} exists (storage api reachable)"),
+        *machines.access_checks(bucket_name),
+    ]
     try:
         bucket.reload(timeout=30)
         pap = bucket.iam_configuration.public_access_prevention
@@ -175,4 +190,11 @@ def _fix_for(name: str, message: str) -> str:
         return "check c.NBBurst.bucket and the account's Storage permissions"
     if name == "image":
         return "set c.NBBurst.image_family/image_project to an image with this notebook's Python (nbburst image build)"
+    if name == "compute api":
+        return (
+            "check c.NBBurst.project and c.NBBurst.zone, and that these credentials may use Compute Engine there "
+            "(roles/compute.instanceAdmin.v1)"
+        )
+    if name == "quota":
+        return "let these credentials read the project's and region's quotas (roles/compute.viewer)"
     return "see the gce section of the README"

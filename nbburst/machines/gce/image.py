@@ -1,36 +1,43 @@
-"""``nbburst image build``: bake a Compute Engine image with this notebook's Python and packages.
+"""Images: the one a job boots by default, and ``nbburst image build``, which bakes this notebook's environment.
 
-A job's VM boots fast when what it needs is already on its disk: the startup
-script (:mod:`nbburst.machines.gce.scripts`) then finds the venv, sees that it
-holds the job's nbburst wheel, and starts the agent at once; the agent finds
-the notebook's packages at the notebook's versions and installs nothing.
+**The default image** (:data:`DEFAULT_IMAGE_PROJECT`/:data:`DEFAULT_IMAGE_FAMILY`): ``debian-12`` from
+``debian-cloud``, a stock public image. A job's VM needs nothing from it but ``python3`` (any version: it
+only runs the bootstrap, with the standard library), ``tar``, ``gzip`` and ``cp``: the bootstrap gets the
+notebook's Python and packages with uv (see :mod:`nbburst.machines.gce.vm`). Debian 12's system Python is
+3.11, the notebook Python of most users (no standalone Python to download then), the image is small and
+boots fast, has no snap daemons, and is supported until 2028.
 
-What a baked image holds (the contract with the job's startup script):
+**A baked image** boots faster still: the startup script finds the venv, sees that it holds the job's
+nbburst wheel, and starts the agent at once; the agent finds the notebook's packages at the notebook's
+versions and installs nothing. What it holds (the contract with the job's startup script):
 
-* Python ``X.Y``, the notebook's minor version; the image is labelled
-  ``python=X-Y`` (which :meth:`GCEMachines.plan` checks) and ``nbburst=<version>``;
-* ``/var/lib/nbburst/venv``: a venv of that Python which also sees the image's
-  own site-packages, holding the notebook's packages at its versions and
-  nbburst's wheel (``.nbburst-wheel`` holds the wheel's SHA-256: a job with
-  the same nbburst skips its install);
+* ``/var/lib/nbburst/venv``: a venv of the notebook's Python ``X.Y`` (the image's own when it is that
+  version, else a standalone one uv installed under ``/var/lib/nbburst/python``) holding the notebook's
+  packages at its versions, its local packages and nbburst's wheel (``.nbburst-wheel`` holds the wheel's
+  SHA-256: a job with the same nbburst skips its install); the image is labelled ``python=X-Y`` (which
+  :meth:`GCEMachines.plan` checks) and ``nbburst=<version>``;
 * ``/var/lib/nbburst/image.json``: what was baked, and when.
+
+The packages are resolved by the rules a job's environment follows (:func:`nbburst.protocol.env.resolve`):
+local versions of PyTorch builds from PyTorch's index, other local versions without their local part,
+local packages as wheels of their files, conda-only and Colab-only distributions left out and listed.
 
 How, in order (everything that can be refused is refused in :func:`plan`,
 which reads and creates nothing; ``--dry-run`` stops there):
 
-1. ``plan``: the packages (this Python's :func:`nbburst.protocol.env.manifest`, or a
-   requirements file, plus nbburst's own dependencies), the base image (the
-   default has the notebook's Python), the zone, machine type and quota;
-2. the nbburst wheel of this process (:mod:`nbburst.protocol.dist`) is stored in the
-   bucket, content-addressed (``blobs/<sha256>``, shared with jobs);
+1. ``plan``: the packages (this Python's distributions, or a requirements file, plus what nbburst's agent
+   needs), the base image (default: :data:`DEFAULT_IMAGE_FAMILY`, or for the notebook's Python an
+   image whose ``python3`` is that version), the zone, machine type and quota;
+2. the nbburst wheel of this process and the wheels of the local packages (:mod:`nbburst.protocol.dist`)
+   are stored in the bucket, content-addressed (``blobs/<sha256>``, shared with jobs);
 3. a builder VM (on-demand; labels ``nbburst-image-build=<family>`` and
    ``nbburst-owner``; ``maxRunDuration`` then DELETE, so an abandoned builder
-   ends itself) runs :data:`BUILD_SCRIPT`: it installs the packages the base
-   image lacks, installs the wheel, checks that the agent imports, prints
-   ``nbburst-image-build: SUCCESS`` to the serial console and powers off;
+   ends itself) runs :func:`build_script` (``vm/build.sh``): it makes the venv, installs the packages
+   and the wheels, checks that the agent imports, prints ``nbburst-image-build: SUCCESS`` to the serial
+   console and powers off;
 4. once the builder is TERMINATED, ``images.insert`` makes the image from its
    boot disk (name ``<family>-<yyyymmdd-hhmmss>``, in the family), waited on
-   with our own GlobalOperationsClient (same endpoint and credentials);
+   with our own GlobalOperationsClient (:meth:`ComputeAPI.wait`);
 5. the builder is deleted whatever happened (failure, timeout, Ctrl-C).
 """
 
@@ -46,7 +53,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,17 +60,20 @@ from ... import __version__, config
 from ...errors import BurstError, UsageError
 from ...protocol import dist, env
 from ...protocol.durations import format_duration, parse_duration
-from ...protocol.env import normalise
+from ...protocol.env import Local, Pin, normalise
 from ...protocol.job import Resources
-from .machines import _label, console_tail
-from .scripts import METADATA_PY
+from . import vm
+from .api import boot_disk, console_tail, instance_metadata, label, operation_errors
 
 if TYPE_CHECKING:
     from .machines import GCEMachines
 
 DEFAULT_MACHINE_TYPE = "e2-standard-4"
 DEFAULT_TIMEOUT = "1h"
-#: Base images with the notebook's Python as their ``python3`` (the builder checks it anyway).
+#: The image a job boots when none is configured: a stock public image (see above).
+DEFAULT_IMAGE_PROJECT = "debian-cloud"
+DEFAULT_IMAGE_FAMILY = "debian-12"
+#: Public images whose ``python3`` is the notebook's Python: a build from one needs no standalone Python.
 DEFAULT_BASES = {
     "3.10": ("ubuntu-os-cloud", "ubuntu-2204-lts"),
     "3.11": ("debian-cloud", "debian-12"),
@@ -95,59 +104,8 @@ def python_version() -> str:
 
 
 def python_label(version: str | None = None) -> str:
-    """``3.11`` -> ``3-11`` (the image label :func:`nbburst.machines.gce.python_of_labels` reads)."""
+    """``3.11`` -> ``3-11`` (the image label :func:`nbburst.machines.gce.api.python_of_labels` reads)."""
     return (version or python_version()).replace(".", "-")
-
-
-def _not_from_an_index(d: metadata.Distribution) -> str | None:
-    """Why pip cannot install this distribution by name and version from an index, or None."""
-    try:
-        raw = d.read_text("direct_url.json")
-    except Exception:
-        raw = None
-    if not raw:
-        return None
-    try:
-        info = json.loads(raw)
-    except ValueError:
-        return "installed from a URL"
-    if "vcs_info" in info:
-        return "installed from a version-control URL"
-    if (info.get("dir_info") or {}).get("editable"):
-        return "installed in editable mode from a local folder"
-    if str(info.get("url", "")).startswith("file:"):
-        return "installed from a local file or folder"
-    return "installed from a URL"
-
-
-def _installed() -> dict[str, tuple[str, list[str], str | None]]:
-    """name -> (version, dependencies, why it is not installable from an index or None)."""
-    out: dict[str, tuple[str, list[str], str | None]] = {}
-    for d in metadata.distributions():
-        name = d.metadata.get("Name")
-        if not name or normalise(name) in out:
-            continue
-        deps = []
-        for req in d.requires or []:
-            m = _REQ_NAME.match(req)
-            if m and "extra ==" not in req:
-                deps.append(normalise(m.group(1)))
-        out[normalise(name)] = (d.version, deps, _not_from_an_index(d))
-    return out
-
-
-def nbburst_dependencies(installed: dict[str, tuple[str, list[str], str | None]] | None = None) -> dict[str, str]:
-    """nbburst's runtime dependencies, with theirs, at the versions installed here: the agent needs them."""
-    installed = _installed() if installed is None else installed
-    todo = list(installed.get("nbburst", ("", [], None))[1])
-    seen: dict[str, str] = {}
-    while todo:
-        name = todo.pop()
-        if name in seen or name == "nbburst" or name not in installed or installed[name][2]:
-            continue
-        seen[name] = installed[name][0]
-        todo.extend(installed[name][1])
-    return dict(sorted(seen.items()))
 
 
 def read_requirements(path: str) -> list[str]:
@@ -170,36 +128,45 @@ def read_requirements(path: str) -> list[str]:
     return lines
 
 
-def packages_to_bake(requirements_file: str | None = None) -> tuple[dict[str, str], list[str], dict[str, str]]:
-    """(``{name: version}`` pins, requirement lines, ``{name: why skipped}``).
-
-    Without a requirements file: every distribution of this Python (:func:`nbburst.protocol.env.manifest`) at its
-    version, except those in :data:`NOT_BAKED` and those not installable from an index. With one: its lines
-    as they are. Both add nbburst's own dependencies (at the versions installed here; a package the file
-    names is left to the file)."""
-    installed = _installed()
-    deps = nbburst_dependencies(installed)
-    skipped: dict[str, str] = {}
+def _resolved(requirements_file: str | None) -> tuple[list[Pin], list[str], dict[str, str], list[Local]]:
+    """(pins, requirement lines, ``{name: why not baked}``, local packages that travel as wheels)."""
+    installed = env.distributions()
+    deps = dist.machine_requirements()
     if requirements_file:
         lines = read_requirements(requirements_file)
         named = {
             normalise(m.group(1)) for line in lines if not line.startswith("-") for m in [_REQ_NAME.match(line)] if m
         }
-        return {n: v for n, v in deps.items() if n not in named}, lines, skipped
-    pins: dict[str, str] = {}
-    for name, version in env.manifest()["packages"].items():
-        name = normalise(name)
-        why = installed.get(name, ("", [], None))[2]
+        pins = [env.resolve(n, v, installed.get(n)) for n, v in deps.items() if n not in named]
+        return [p for p in pins if isinstance(p, Pin)], lines, {}, []
+    pins: list[Pin] = []
+    local: list[Local] = []
+    skipped: dict[str, str] = {}
+    for name, info in sorted(installed.items()):
         if name == "nbburst":
             continue  # it comes as its wheel
         if name in NOT_BAKED and name not in deps:
             skipped[name] = "kernel, Jupyter, build or test tool: not needed on the VM"
-        elif why:
-            skipped[name] = f"{why}: not on a package index"
+            continue
+        item = env.resolve(name, info.version, info)
+        if isinstance(item, Pin):
+            pins.append(item)
+        elif isinstance(item, Local):
+            local.append(item)
         else:
-            pins[name] = version
-    pins.update(deps)
-    return dict(sorted(pins.items())), [], skipped
+            skipped[name] = item.why
+    return pins, [], skipped, local
+
+
+def packages_to_bake(requirements_file: str | None = None) -> tuple[dict[str, str], list[str], dict[str, str]]:
+    """(``{name: version}`` pins, requirement lines, ``{name: why skipped}``).
+
+    Without a requirements file: every distribution of this Python at the version :func:`nbburst.protocol.env.resolve`
+    gives it, except those in :data:`NOT_BAKED` and those no index has. With one: its lines as they are.
+    Both add what nbburst's agent needs (at the versions installed here; a package the file names is left to
+    the file). Local packages travel as wheels (:attr:`BuildPlan.local`)."""
+    pins, lines, skipped, _ = _resolved(requirements_file)
+    return {p.name: p.version for p in pins}, lines, skipped
 
 
 # -- the plan -------------------------------------------------------------------------------------
@@ -220,6 +187,8 @@ class BuildPlan:
     packages: dict[str, str]
     requirements: list[str]
     skipped: dict[str, str]
+    groups: list[dict[str, Any]]
+    local: list[Local]
     wheel_file: str
     wheel_blob: str  # blobs/<address>, as dist.upload_wheel stores it
     wheel_sha256: str
@@ -229,6 +198,7 @@ class BuildPlan:
     timeout_s: float
     owner: str
     labels: dict[str, str] = field(default_factory=dict)
+    wheels: list[dict[str, Any]] = field(default_factory=list)  # the local packages' wheels, once stored
 
     @property
     def wheel_url(self) -> str:
@@ -236,7 +206,7 @@ class BuildPlan:
 
     def describe(self) -> str:
         source = "the requirements file" if self.requirements else "this notebook's environment"
-        listed = [f"{n}=={v}" for n, v in self.packages.items()] + list(self.requirements)
+        listed = [r["requirement"] for g in self.groups for r in g["requirements"]] + list(self.requirements)
         lines = [
             f"image:      {self.image_name} (family {self.family}) in project {self.project}, labels "
             + ", ".join(f"{k}={v}" for k, v in self.labels.items()),
@@ -256,6 +226,10 @@ class BuildPlan:
                 break_long_words=False,
             ),
         ]
+        if self.local:
+            lines.append(
+                "local:      " + ", ".join(f"{p.name}=={p.version} (a wheel of its files)" for p in self.local)
+            )
         if self.skipped:
             lines.append(f"not baked:  {len(self.skipped)}:")
             for name, why in sorted(self.skipped.items()):
@@ -270,7 +244,10 @@ class BuildPlan:
             "image": self.image_name,
             "nbburst": __version__,
             "packages": self.packages,
+            "groups": self.groups,
             "requirements": self.requirements,
+            "store": self.store_url,
+            "wheels": self.wheels,
             "wheel": {"url": self.wheel_url, "file": self.wheel_file, "sha256": self.wheel_sha256},
         }
 
@@ -292,17 +269,12 @@ def _resolve_base(
     elif base_family:
         project, name, family, source = base_project or machines.project, None, base_family, "--base-family"
     else:
-        if python not in DEFAULT_BASES:
-            raise UsageError(
-                f"no default base image has Python {python}: pass --base-image, or --base-family "
-                f"and --base-project, of an image whose python3 is Python {python}"
-            )
-        project, family = DEFAULT_BASES[python]
+        project, family = DEFAULT_BASES.get(python, (DEFAULT_IMAGE_PROJECT, DEFAULT_IMAGE_FAMILY))
         name, source = None, f"the default for Python {python}:"
-    url, label, _ = machines.lookup_image(project, family or name, bool(family), "base image")
+    url, image_python, _ = machines.api.lookup_image(project, family or name, bool(family), "base image")
     if family:
         source += f" {project}/{family}"
-    return url, label, source
+    return url, image_python, source
 
 
 def plan(
@@ -331,10 +303,10 @@ def plan(
     if base_project and not (base_family or base_image):
         raise UsageError("--base-project goes with --base-family (or --base-image NAME)")
     timeout_s = parse_duration(timeout, "--timeout")
-    store_url = machines._check_store()
-    chosen_zone = machines._zones_for(Resources(zone=zone))[0]
+    store_url = machines.check_store()
+    chosen_zone = machines.zones_for(Resources(zone=zone))[0]
     machine_type = machine_type or DEFAULT_MACHINE_TYPE
-    machine = machines._machine_type(chosen_zone, machine_type)
+    machine = machines.api.machine_type(chosen_zone, machine_type)
     if machine is None:
         raise UsageError(f"--machine-type {machine_type}: not offered in zone {chosen_zone}")
     base, base_python, base_source = _resolve_base(machines, base_image, base_family, base_project, python)
@@ -343,10 +315,10 @@ def plan(
             f"the base image {base} is labelled Python {base_python}, but this notebook runs Python "
             f"{python}; choose a base image with Python {python}"
         )
-    problem = machines._quota_problem(chosen_zone, machine, None, 0, spot=False)
+    problem = machines.api.quota_problem(chosen_zone, machine, None, 0, spot=False)
     if problem:
         raise UsageError(f"the builder VM: {problem}")
-    pins, lines, skipped = packages_to_bake(requirements)
+    pins, lines, skipped, local = _resolved(requirements)
     wheel = dist.wheel_info()
     stamp = _dt.datetime.fromtimestamp(time.time() if now is None else now, _dt.timezone.utc)
     return BuildPlan(
@@ -358,9 +330,11 @@ def plan(
         base_source=base_source,
         machine_type=machine.name,
         python=python,
-        packages=pins,
+        packages={p.name: p.version for p in pins},
         requirements=lines,
         skipped=skipped,
+        groups=env.install_groups(pins),
+        local=local,
         wheel_file=wheel["file"],
         wheel_blob=wheel["blob"],
         wheel_sha256=wheel["sha256"],
@@ -368,8 +342,8 @@ def plan(
         store_url=store_url,
         disk_gb=int(machines.settings.disk_gb),
         timeout_s=timeout_s,
-        owner=_label(config.owner(machines.settings)),
-        labels={"python": python_label(python), "nbburst": _label(__version__)},
+        owner=label(config.owner(machines.settings)),
+        labels={"python": python_label(python), "nbburst": label(__version__)},
     )
 
 
@@ -389,7 +363,7 @@ class BuiltImage:
 
 
 class ImageBuilder:
-    """Runs a :class:`BuildPlan` with the clients (endpoint, credentials, retries) of a GCEMachines."""
+    """Runs a :class:`BuildPlan` through the Compute layer (endpoint, credentials, retries) of a GCEMachines."""
 
     #: Seconds between looks at the builder while it works.
     poll_s = 2.0
@@ -399,6 +373,7 @@ class ImageBuilder:
 
     def __init__(self, machines: GCEMachines, say: Callable[[str], None] = print):
         self.machines = machines
+        self.api = machines.api
         self.say = say
         self.builder: str | None = None
 
@@ -409,37 +384,15 @@ class ImageBuilder:
     def instance_resource(self, plan: BuildPlan, name: str) -> Any:
         from google.cloud import compute_v1
 
-        m, settings = self.machines, self.machines.settings
         items = {"startup-script": build_script(plan.python), SPEC_KEY: json.dumps(plan.spec(), sort_keys=True)}
-        network = settings.network or "default"
-        nic = compute_v1.NetworkInterface(
-            network=network if "/" in network else f"global/networks/{network}",
-            access_configs=[
-                compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT", network_tier="PREMIUM")
-            ],
-        )
-        if settings.subnetwork:
-            sub = settings.subnetwork
-            region = plan.zone.rsplit("-", 1)[0]
-            nic.subnetwork = sub if "/" in sub else f"regions/{region}/subnetworks/{sub}"
         return compute_v1.Instance(
             name=name,
             description=f"nbburst image build of {plan.image_name} (deleted when the build ends)",
             machine_type=f"zones/{plan.zone}/machineTypes/{plan.machine_type}",
-            labels={"nbburst-image-build": _label(plan.family), "nbburst-owner": plan.owner},
-            metadata=compute_v1.Metadata(items=[compute_v1.Items(key=k, value=v) for k, v in items.items()]),
-            disks=[
-                compute_v1.AttachedDisk(
-                    boot=True,
-                    auto_delete=True,
-                    initialize_params=compute_v1.AttachedDiskInitializeParams(
-                        source_image=plan.base_image,
-                        disk_size_gb=plan.disk_gb,
-                        disk_type=f"zones/{plan.zone}/diskTypes/pd-balanced",
-                    ),
-                )
-            ],
-            network_interfaces=[nic],
+            labels={"nbburst-image-build": label(plan.family), "nbburst-owner": plan.owner},
+            metadata=instance_metadata(items),
+            disks=[boot_disk(plan.zone, plan.base_image, plan.disk_gb)],
+            network_interfaces=[self.machines.network_interface(plan.zone)],
             scheduling=compute_v1.Scheduling(
                 provisioning_model="STANDARD",
                 on_host_maintenance="MIGRATE",
@@ -447,76 +400,46 @@ class ImageBuilder:
                 instance_termination_action="DELETE",
                 max_run_duration=compute_v1.Duration(seconds=int(plan.timeout_s + self.run_margin_s)),
             ),
-            service_accounts=[compute_v1.ServiceAccount(email=m._service_account(), scopes=m._scopes())],
+            service_accounts=self.machines.service_accounts(),
         )
 
-    def _upload_wheel(self, plan: BuildPlan) -> None:
-
-        store = self.machines._store(plan.store_url)
+    def _upload_wheels(self, plan: BuildPlan) -> None:
+        store = self.machines.store_for(plan.store_url)
         if dist.upload_wheel(store)["sha256"] != plan.wheel_sha256:
             raise BurstError("nbburst's files changed since the plan was made; run the build again")
+        local = dist.Environment(plan.python, "", local=list(plan.local))
+        plan.wheels = dist.upload_local(store, local)
+        for item in local.unavailable:
+            self.say(f"not baked: {item.name} ({item.why})")
 
     def _create_builder(self, plan: BuildPlan, name: str) -> None:
         from google.api_core import exceptions as gexc
-        from google.cloud import compute_v1
 
-        m = self.machines
-        request = compute_v1.InsertInstanceRequest(
-            project=m.project,
-            zone=plan.zone,
-            instance_resource=self.instance_resource(plan, name),
-            request_id=str(uuid.uuid4()),
-        )
         what = f"creating the builder VM {name} in {plan.zone}"
-        m._zones[name] = plan.zone
         try:
-            op = m._api(what, m.instances.insert, request=request, timeout=60)
+            op = self.api.insert_instance(plan.zone, self.instance_resource(plan, name), what)
         except (gexc.Forbidden, gexc.BadRequest, gexc.NotFound) as exc:
             raise BurstError(f"{what}: {exc.message}") from None
-        codes, message = m._op_error(m._wait(plan.zone, op, what))
+        codes, message = operation_errors(self.api.wait(op, what, zone=plan.zone))
         if codes:
             raise BurstError(f"{what}: {message or ', '.join(codes)}")
-
-    def _console(self, name: str, zone: str, start: int) -> tuple[str, int]:
-        from google.api_core import exceptions as gexc
-        from google.cloud import compute_v1
-
-        m = self.machines
-        request = compute_v1.GetSerialPortOutputInstanceRequest(
-            project=m.project, zone=zone, instance=name, start=start
-        )
-        try:
-            out = m._api(
-                "reading the builder's serial console", m.instances.get_serial_port_output, request=request, timeout=30
-            )
-        except (gexc.NotFound, gexc.BadRequest):
-            return "", start
-        return out.contents, int(out.next_ or start)
 
     def _wait_until_off(self, plan: BuildPlan, name: str) -> str:
         """Follow the builder until it is TERMINATED; its whole serial console."""
         from google.api_core import exceptions as gexc
 
-        m = self.machines
         deadline = time.monotonic() + plan.timeout_s
         console, start, partial = "", 0, ""
         while True:
             try:
-                inst = m._api(
-                    "describing the builder VM",
-                    m.instances.get,
-                    project=m.project,
-                    zone=plan.zone,
-                    instance=name,
-                    timeout=30,
-                )
+                inst = self.api.instance(plan.zone, name, "describing the builder VM")
             except gexc.NotFound:
                 raise ImageBuildFailed(
                     f"the builder VM {name} disappeared before the build ended (deleted, or "
                     f"over its maximum run time). Last lines of its serial console:\n"
                     f"{console_tail(console)}"
                 ) from None
-            text, start = self._console(name, plan.zone, start)
+            text, start = self.api.serial_output(plan.zone, name, start, "reading the builder's serial console")
             console += text
             partial += text
             *done, partial = partial.split("\n")
@@ -524,7 +447,7 @@ class ImageBuilder:
                 if line.startswith("nbburst-image-build:"):
                     self.say("  " + re.sub(r" t=[0-9.]+$", "", line.removeprefix("nbburst-image-build: ")))
             if inst.status in ("TERMINATED", "STOPPED"):
-                text, start = self._console(name, plan.zone, start)
+                text, start = self.api.serial_output(plan.zone, name, start, "reading the builder's serial console")
                 return console + text
             if time.monotonic() > deadline:
                 raise ImageBuildFailed(
@@ -535,10 +458,7 @@ class ImageBuilder:
             time.sleep(self.poll_s)
 
     def _boot_disk(self, plan: BuildPlan, name: str) -> str:
-        m = self.machines
-        inst = m._api(
-            "describing the builder VM", m.instances.get, project=m.project, zone=plan.zone, instance=name, timeout=30
-        )
+        inst = self.api.instance(plan.zone, name, "describing the builder VM")
         boot = [d for d in inst.disks if d.boot] or list(inst.disks)
         if not boot or not boot[0].source:
             raise BurstError(f"the builder VM {name} has no boot disk to make the image from")
@@ -550,8 +470,6 @@ class ImageBuilder:
         from google.api_core import exceptions as gexc
         from google.cloud import compute_v1
 
-        m = self.machines
-        images, operations = m._client("ImagesClient"), m._client("GlobalOperationsClient")
         description = (
             f"nbburst {__version__}, Python {platform.python_version()}, "
             f"{len(plan.packages) + len(plan.requirements)} packages; from {plan.base_image}"
@@ -563,35 +481,25 @@ class ImageBuilder:
             labels=dict(plan.labels),
             description=description[:2048],
         )
-        request = compute_v1.InsertImageRequest(
-            project=m.project, image_resource=resource, request_id=str(uuid.uuid4())
-        )
         what = f"creating the image {plan.image_name}"
         try:
-            op = m._api(what, images.insert, request=request, timeout=60)
+            op = self.api.insert_image(resource, what)
         except gexc.Conflict:
-            raise UsageError(f"{what}: an image with this name exists already in project {m.project}") from None
+            raise UsageError(f"{what}: an image with this name exists already in project {self.api.project}") from None
         except (gexc.Forbidden, gexc.BadRequest, gexc.NotFound) as exc:
             raise BurstError(f"{what}: {exc.message}") from None
-        deadline = time.monotonic() + self.image_timeout_s
-        while True:
-            done = m._api(what, operations.wait, project=m.project, operation=op.name, timeout=120)
-            if done.status == compute_v1.Operation.Status.DONE:
-                break
-            if time.monotonic() > deadline:
-                raise BurstError(
-                    f"{what}: Compute Engine did not finish within "
-                    f"{format_duration(self.image_timeout_s)} (operation {op.name})"
-                )
-        codes, message = m._op_error(done)
+        codes, message = operation_errors(self.api.wait(op, what, timeout_s=self.image_timeout_s))
         if codes:
             raise BurstError(f"{what}: {message or ', '.join(codes)}")
-        return m._api("reading the image", images.get, project=m.project, image=plan.image_name, timeout=30)
+        return self.api.image(plan.image_name)
 
     def _delete_builder(self, plan: BuildPlan, name: str) -> None:
         self.say(f"deleting the builder VM {name}")
+        what = f"deleting VM {name}"
         try:
-            self.machines.delete(name, wait=True)
+            op = self.api.delete_instance(plan.zone, name, what)
+            if op is not None:
+                self.api.wait(op, what, zone=plan.zone)
         except Exception as exc:  # never hide the build's own outcome behind this one
             self.say(
                 f"nbburst: could not delete the builder VM {name} ({exc}); delete it with `gcloud compute "
@@ -601,7 +509,7 @@ class ImageBuilder:
 
     def build(self, plan: BuildPlan) -> BuiltImage:
         t0 = time.monotonic()
-        self._upload_wheel(plan)
+        self._upload_wheels(plan)
         name = self.builder = self.builder_name(plan)
         self.say(f"starting the builder VM {name} ({plan.machine_type} in {plan.zone}) from {plan.base_image}")
         try:
@@ -660,193 +568,12 @@ def run_cli(burst: Any, args: Any) -> int:
 
 # -- the builder's startup script ---------------------------------------------------------------------
 
-# Runs with the venv's python (argv: BASE). Installs what the venv does not have at the wanted versions, then
-# the nbburst wheel; checks that the agent imports. Exit status 0 = the disk is ready to become an image.
-BAKE = r"""
-import hashlib, json, os, re, subprocess, sys, time, urllib.error, urllib.request
-from importlib import metadata
-
-BASE = sys.argv[1]
-venv = sys.prefix
-
-
-def say(msg):
-    print(f"nbburst-image-build: {msg} t={time.time():.3f}", flush=True)
-
-
-def die(msg):
-    say("ERROR: " + msg)
-    sys.exit(1)
-
-
-__METADATA__
-
-
-def norm(name):
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-raw = md("instance/attributes/nbburst-image-spec")
-if not raw:
-    die("instance metadata has no nbburst-image-spec: this VM was not made by nbburst image build")
-spec = json.loads(raw)
-have = {}
-for d in metadata.distributions():
-    name = d.metadata.get("Name")
-    if name:
-        have.setdefault(norm(name), d.version)
-pins = spec.get("packages") or {}
-lines = spec.get("requirements") or []
-todo = {n: v for n, v in sorted(pins.items()) if have.get(norm(n)) != v}
-say(f"{len(pins)} pinned packages: {len(pins) - len(todo)} already here, {len(todo)} to install"
-    + (f"; {len(lines)} more from the requirements file" if lines else ""))
-if todo or lines:
-    req = os.path.join(BASE, "image-requirements.txt")
-    with open(req, "w") as f:
-        f.write("".join(f"{n}=={v}\n" for n, v in todo.items()) + "".join(line + "\n" for line in lines))
-    t0 = time.time()
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-cache-dir", "--progress-bar", "off",
-                          "--disable-pip-version-check", "--no-warn-script-location", "-r", req],
-                         stdin=subprocess.DEVNULL)
-    if pip.returncode:
-        die(f"pip could not install the packages (exit status {pip.returncode}; its messages are above)")
-    say(f"packages installed in {time.time() - t0:.1f} s")
-
-wheel = spec["wheel"]
-url = wheel["url"]
-if not url.startswith("gs://"):
-    die(f"wheel URL {url!r} is not gs://BUCKET/KEY")
-bucket_name, _, key = url[len("gs://"):].partition("/")
-try:
-    from google.cloud import storage
-except ImportError:
-    die("google-cloud-storage did not install; nbburst needs it on the VM")
-if os.environ.get("STORAGE_EMULATOR_HOST"):
-    from google.auth.credentials import AnonymousCredentials
-    client = storage.Client(project=os.environ.get("NBBURST_PROJECT") or "test", credentials=AnonymousCredentials())
-else:
-    client = storage.Client(project=md("project/project-id"))
-try:
-    data = client.bucket(bucket_name).blob(key).download_as_bytes(timeout=120)
-except Exception as exc:
-    die(f"cannot read {url}: {type(exc).__name__}: {exc}; the VM's service account needs read access to "
-        f"gs://{bucket_name}")
-if hashlib.sha256(data).hexdigest() != wheel["sha256"]:
-    die(f"{url} does not match its SHA-256; refusing to install it")
-os.makedirs(os.path.join(BASE, "wheels"), exist_ok=True)
-path = os.path.join(BASE, "wheels", wheel["file"])
-with open(path, "wb") as f:
-    f.write(data)
-pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed",
-                      "--quiet", "--disable-pip-version-check", "--no-warn-script-location", path],
-                     stdin=subprocess.DEVNULL)
-if pip.returncode:
-    die(f"pip could not install {wheel['file']} (exit status {pip.returncode})")
-with open(os.path.join(venv, ".nbburst-wheel"), "w") as f:
-    f.write(wheel["sha256"])
-os.remove(path)
-say(f"nbburst {spec.get('nbburst')} installed")
-
-check = subprocess.run([sys.executable, "-c", "import json, sys, nbburst, nbburst.agent.main, google.cloud.storage; "
-                        "print(json.dumps([nbburst.__version__, nbburst.__file__]))"],
-                       capture_output=True, text=True, stdin=subprocess.DEVNULL)
-if check.returncode:
-    die("the nbburst agent does not import in the venv:\n" + (check.stderr or check.stdout)[-2000:])
-version, where = json.loads(check.stdout.strip().splitlines()[-1])
-if not os.path.realpath(where).startswith(os.path.realpath(venv) + os.sep):
-    die(f"python finds nbburst at {where}, not in the venv {venv}")
-have = {}
-for d in metadata.distributions():
-    name = d.metadata.get("Name")
-    if name:
-        have.setdefault(norm(name), d.version)
-info = {"family": spec.get("family"), "image": spec.get("image"), "nbburst": version,
-        "wheel_sha256": wheel["sha256"], "python": sys.version.split()[0], "venv": venv,
-        "built": time.time(), "packages": {n: have.get(norm(n)) for n in sorted(pins)},
-        "requirements": lines}
-with open(os.path.join(BASE, "image.json"), "w") as f:
-    json.dump(info, f, indent=1, sort_keys=True)
-say(f"baked: Python {info['python']}, nbburst {version}, {len(pins) + len(lines)} packages, in {venv}")
-""".replace("__METADATA__", METADATA_PY.strip("\n"))
-
-# Runs with the image's Python (argv: BASE): the venv, as the job's bootstrap would make it (it also sees the
-# image's site-packages). Kept when it exists (a base image baked before: the build updates it).
-VENV = r"""
-import os, site, subprocess, sys, time
-
-venv = os.path.join(sys.argv[1], "venv")
-vpy = os.path.join(venv, "bin", "python")
-if os.path.exists(vpy):
-    print(f"nbburst-image-build: updating the venv the base image has t={time.time():.3f}", flush=True)
-    sys.exit(0)
-subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
-dirs = [d for d in site.getsitepackages() if os.path.isdir(d)]
-out = subprocess.run([vpy, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                     check=True, capture_output=True, text=True).stdout.strip()
-with open(os.path.join(out, "_nbburst_image_site.pth"), "w") as f:
-    f.write("import site; " + "; ".join(f"site.addsitedir({d!r})" for d in dirs) + "\n")
-print(f"nbburst-image-build: venv created t={time.time():.3f}", flush=True)
-"""
-
-BUILD_SCRIPT = r"""#!/bin/bash
-# nbburst: startup script of an image builder VM (`nbburst image build`, nbburst/machines/gce_image.py).
-# Bakes the notebook's packages and nbburst into a venv on the boot disk, says SUCCESS, powers off.
-say() { echo "nbburst-image-build: $* t=$(date +%s.%N 2>/dev/null || date +%s)"; }
-finish() {
-  sync
-  poweroff || sudo -n poweroff || shutdown -h now
-  exit "$1"
-}
-fail() { say "FAILED: $1"; finish 1; }
-if [ -n "${NBBURST_HOME:-}" ]; then BASE="$NBBURST_HOME"
-elif [ -n "${NBBURST_EMULATOR_INSTANCE:-}" ]; then BASE="$PWD/nbburst"  # the emulator: the instance's disk
-else BASE=/var/lib/nbburst; fi
-export NBBURST_HOME="$BASE"
-export GCE_METADATA_HOST="${GCE_METADATA_HOST:-metadata.google.internal}"
-export PYTHONUNBUFFERED=1 PIP_ROOT_USER_ACTION=ignore
-WANT="__PYTHON__"
-mkdir -p "$BASE" || fail "cannot create $BASE"
-say "begin (Python $WANT wanted, folder: $BASE)"
-find_python() {
-  for c in "python$WANT" python3 python; do
-    p="$(command -v "$c" 2>/dev/null)" || continue
-    if [ "$("$p" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" = "$WANT" ]; then
-      echo "$p"; return 0
-    fi
-  done
-  return 1
-}
-apt_install() {  # never on an emulated VM: that would change the host
-  [ -z "${NBBURST_EMULATOR_INSTANCE:-}" ] && command -v apt-get >/dev/null 2>&1 || return 1
-  say "apt-get install $*"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q >/dev/null && apt-get install -y -q "$@"
-}
-PY="$(find_python)"
-[ -n "$PY" ] || { apt_install "python$WANT" "python$WANT-venv" python3-pip; PY="$(find_python)"; }
-[ -n "$PY" ] || fail "this image has no Python $WANT (its python3: $(python3 --version 2>&1 || echo none)); \
-choose a base image with Python $WANT (--base-image, or --base-family and --base-project)"
-"$PY" -m pip --version >/dev/null 2>&1 || apt_install python3-pip python3-venv || true
-"$PY" -m pip --version >/dev/null 2>&1 || fail "Python $WANT here ($PY) has no pip and it could not be installed"
-say "python: $PY ($("$PY" --version 2>&1))"
-"$PY" - "$BASE" <<'NBBURST_VENV' || fail "could not create the venv $BASE/venv"
-__VENV__
-NBBURST_VENV
-"$BASE/venv/bin/python" - "$BASE" <<'NBBURST_BAKE' || fail "the packages or nbburst could not be installed (see above)"
-__BAKE__
-NBBURST_BAKE
-rm -rf "$BASE/wheels"
-[ -n "${NBBURST_EMULATOR_INSTANCE:-}" ] || apt-get clean >/dev/null 2>&1 || true
-say "SUCCESS: the disk is ready to become an image"
-finish 0
-""".replace("__VENV__", VENV.strip("\n")).replace("__BAKE__", BAKE.strip("\n"))
-
 
 def build_script(python: str) -> str:
     """The builder's startup script for Python ``python`` (``3.11``)."""
     if not re.fullmatch(r"\d+\.\d+", python):
         raise ValueError(f"not a Python minor version: {python!r}")
-    return BUILD_SCRIPT.replace("__PYTHON__", python)
+    return vm.script("build.sh", "vmlib.py", "bake.py").replace("__PYTHON__", python)
 
 
 __all__ = [

@@ -1,16 +1,18 @@
 """GCEMachines: each machine is a Compute Engine VM (spot by default) running the agent.
 
-Talks to Compute Engine with the google-cloud-compute clients. With
-``c.NBBurst.compute_endpoint`` set (an emulator, see :mod:`nbburst.testing`)
-they reach that endpoint with anonymous credentials; otherwise Application
-Default Credentials and the real API.
+Talks to Compute Engine through :class:`~nbburst.machines.gce.api.ComputeAPI`
+(clients, retries, operations, lookups). With ``c.NBBurst.compute_endpoint``
+set (an emulator, see :mod:`nbburst.testing`) it reaches that endpoint with
+anonymous credentials; otherwise Application Default Credentials and the real API.
 
 What a launch does, in order (everything that can be refused is refused in
 :meth:`GCEMachines.plan`, before anything is written or paid for):
 
-* ``plan``: zone(s), the cheapest fitting machine type (``gce_types``), the
-  image and its Python version (image label ``python=3-11``), the bucket, and
-  the region's CPU/GPU quota for spot or standard VMs;
+* ``plan``: zone(s), the cheapest fitting machine type (``gce_types``) at
+  today's prices (``gce_prices``: the Cloud Billing Catalog, else the dated table), the
+  image and its Python version (image label ``python=3-11``; with ``--gpu``, an image with an NVIDIA
+  driver: ``gpu_image_family``), the bucket and who may use it (``gce_access``, checked once a session),
+  and the CPU/GPU quotas of the region and of the project for spot or standard VMs (``gce_quota``);
 * ``launch``: uploads the client's nbburst wheel and the job's package list
   (``nbburst.protocol.dist``), then inserts the VM with a ``request_id`` (a retried
   insert never makes two VMs) and waits on the operation with its own
@@ -20,36 +22,52 @@ What a launch does, in order (everything that can be refused is refused in
 The VM: labels ``nbburst=1``, ``nbburst-job``, ``nbburst-owner``; metadata
 ``nbburst-job-url``, ``nbburst-key`` (the per-job signing key, which never
 enters the Store), ``nbburst-attempt`` and the startup/shutdown scripts
-(``gce_scripts``); spot with ``instanceTerminationAction=STOP`` (the disk
+(:mod:`nbburst.machines.gce.vm`); spot with ``instanceTerminationAction=STOP`` (the disk
 stays for a restart) and a ``maxRunDuration`` of the job's time left plus a
 margin, so Compute Engine itself ends a VM whose agent hangs.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import functools
 import json
 import logging
 import os
 import re
+import sys
 import time
-import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from ... import config
 from ...errors import BurstError, UnsupportedOption, UsageError
-from ...protocol import dist, pricing
-from ...protocol.job import JobLayout, JobSpec, Resources
+from ...protocol import dist, envcache, pricing, signing
+from ...protocol.job import JobLayout, JobSpec, Resources, split_job_url
 from ...protocol.metadata import metadata as _md
 from ...protocol.metadata import on_gce
-from ..base import GONE, PROVISIONING, RUNNING, STOPPED, STOPPING, Check, MachineInfo, Machines, Plan, machine_name
-from . import scripts as gce_scripts
+from ..base import (
+    GONE,
+    PROVISIONING,
+    RUNNING,
+    STOPPED,
+    STOPPING,
+    Check,
+    MachineInfo,
+    Machines,
+    NoCapacity,
+    Plan,
+    machine_name,
+)
+from . import access as gce_access
+from . import api as gce_api
+from . import doctor as gce_doctor
+from . import image as gce_image
+from . import prices as gce_prices
 from . import types as gce_types
+from . import vm
 
 log = logging.getLogger("nbburst.gce")
 
-CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
 _ZONE_RE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
 _REGION_RE = re.compile(r"^[a-z]+-[a-z]+\d+$")
 _STATES = {
@@ -69,47 +87,35 @@ _CAPACITY_CODES = (
     "STOCKOUT",
     "RESOURCE_POOL_EXHAUSTED",
 )
+_CAPACITY_TEXT = ("does not have enough resources", "resource pool exhausted", "no capacity", "insufficient capacity")
 _PREEMPTION_OPS = ("compute.instances.preempted", "compute.instances.terminateOnHostMaintenance")
 
-NO_CREDENTIALS = (
-    "no Google Cloud credentials: run `gcloud auth application-default login` (on a laptop), set "
-    "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file, or run on a Google Cloud VM or Vertex AI "
-    "Workbench instance. To try nbburst offline, start the emulators: `python -m nbburst.testing`."
-)
 
-
-class _NoCapacity(Exception):
-    pass
-
-
-class NoCapacityError(BurstError):
-    """No capacity for the VM now (the supervisor backs off and retries, see nbburst.client.supervisor)."""
-
-    no_capacity = True
-
-    def __init__(self, message: str, zone: str | None = None):
-        super().__init__(message)
-        self.zone = zone
+def no_capacity(what: str, zone: str, codes: list[str], message: str) -> NoCapacity | None:
+    """Compute Engine's errors of an operation that say ``zone`` has no machine for us now, as the port's
+    NoCapacity (the supervisor retries on it); None for any other error. The one place that reads them."""
+    text = message.lower()
+    if any(c in _CAPACITY_CODES for c in codes) or any(t.lower() in text for t in _CAPACITY_CODES + _CAPACITY_TEXT):
+        return NoCapacity(f"{what}: zone {zone} has no capacity right now ({message or codes[0]})", zone)
+    return None
 
 
 class _NotOffered(Exception):
     pass
 
 
-def _label(value: str) -> str:
-    value = re.sub(r"[^a-z0-9_-]", "-", value.lower())[:63]
-    return value or "unknown"
+#: Machine families whose CPUs are Arm.
+_ARM_FAMILIES = ("t2a", "c4a")
 
 
-def _zone_of(link: str) -> str:
-    return link.rstrip("/").rsplit("/", 1)[-1]
-
-
-def _timestamp(text: str) -> float:
-    try:
-        return _dt.datetime.fromisoformat(text).timestamp()
-    except (TypeError, ValueError):
-        return 0.0
+def platform_of(plan: dict[str, Any]) -> str:
+    """What an environment built on a VM of ``plan`` depends on besides Python and its packages: the CPU
+    architecture and the image's system (its name without the date stamp: ``debian-cloud/debian-12-bookworm``)."""
+    arch = "aarch64" if str(plan.get("machine_type", "")).split("-")[0] in _ARM_FAMILIES else "x86_64"
+    image = str(plan.get("image", ""))
+    m = re.search(r"projects/([^/]+)/global/images/([^/]+?)(?:-v\d{8}.*)?$", image)
+    system = f"{m.group(1)}/{m.group(2)}" if m else image
+    return f"linux-{arch}/{system}"
 
 
 @functools.lru_cache(maxsize=8)
@@ -118,33 +124,14 @@ def _workbench(host: str) -> dict[str, str] | None:
         return None
     return {
         "project": _md("project/project-id", timeout=2.0) or "",
-        "zone": _zone_of(_md("instance/zone", timeout=2.0) or ""),
+        "zone": gce_api.resource_name(_md("instance/zone", timeout=2.0) or ""),
         "service_account": _md("instance/service-accounts/default/email", timeout=2.0) or "",
-        "image": _md("instance/image", timeout=2.0) or "",
     }
 
 
 def workbench() -> dict[str, str] | None:
-    """Project, zone, service account and image of this Vertex AI Workbench instance; None elsewhere."""
+    """Project, zone and service account of this Vertex AI Workbench instance; None elsewhere."""
     return _workbench(os.environ.get("GCE_METADATA_HOST", ""))
-
-
-def python_of_labels(labels: dict[str, str]) -> str | None:
-    """``python=3-11`` (or ``python-version``/``nbburst-python``) -> ``3.11``."""
-    for key in ("python", "python-version", "nbburst-python"):
-        raw = labels.get(key)
-        if raw:
-            parts = re.findall(r"\d+", raw)
-            if len(parts) >= 2:
-                return f"{parts[0]}.{parts[1]}"
-            if len(parts) == 1 and len(parts[0]) >= 2:
-                return f"{parts[0][0]}.{parts[0][1:]}"
-    return None
-
-
-def console_tail(text: str, lines: int = 15, width: int = 300) -> str:
-    kept = [line.rstrip()[:width] for line in text.splitlines() if line.strip()]
-    return "\n".join("    " + line for line in kept[-lines:]) or "    (the serial console is empty)"
 
 
 class GCEMachines(Machines):
@@ -152,108 +139,47 @@ class GCEMachines(Machines):
     #: maxRunDuration = the job's time left + this margin (boot, install, the agent's own ending).
     run_margin_s = 600.0
     min_run_s = 30
-    operation_timeout_s = 600.0
-    catalog_ttl_s = 3600.0
-    api_attempts = 4
 
     def __init__(self, settings: config.NBBurst):
         self.settings = settings
-        self.endpoint = (settings.compute_endpoint or "").rstrip("/")
-        self._creds: Any = None
-        self._adc_project: str | None = None
-        self._project: str | None = None
-        self._clients: dict[str, Any] = {}
+        self.api = gce_api.ComputeAPI(settings.compute_endpoint or "", self._configured_project)
+        self.prices = gce_prices.LivePrices(settings, self.api.credentials)
         self._zones: dict[str, str] = {}  # machine name -> zone
-        self._catalogs: dict[str, tuple[float, list[gce_types.MachineType]]] = {}
         self._buckets_ok: set[str] = set()
         self._stores: dict[str, Any] = {}
         self.timings: dict[str, float] = {}  # of the last launch, in seconds (bench/launch.py)
         self.last_launch: dict[str, Any] = {}
+        self.last_environment: dict[str, Any] = {}  # of the last launch: what the VM installs, from where
 
-    # -- clients ------------------------------------------------------------------------
-    def _credentials(self) -> Any:
-        if self._creds is None:
-            if self.endpoint:
-                from google.auth.credentials import AnonymousCredentials
+    # -- Compute Engine -------------------------------------------------------------------
+    def _configured_project(self) -> str:
+        return self.settings.project or (workbench() or {}).get("project") or ""
 
-                self._creds = AnonymousCredentials()
-            else:
-                import google.auth
-                from google.auth import exceptions as auth_exc
-
-                try:
-                    self._creds, self._adc_project = google.auth.default(scopes=[CLOUD_PLATFORM])
-                except auth_exc.DefaultCredentialsError:
-                    raise UsageError(NO_CREDENTIALS) from None
-        return self._creds
-
-    def _client(self, name: str) -> Any:
-        if name not in self._clients:
-            from google.cloud import compute_v1
-
-            kwargs: dict[str, Any] = {"credentials": self._credentials()}
-            if self.endpoint:
-                kwargs["client_options"] = {"api_endpoint": self.endpoint}
-            self._clients[name] = getattr(compute_v1, name)(**kwargs)
-        return self._clients[name]
-
-    @property
-    def instances(self) -> Any:
-        return self._client("InstancesClient")
-
-    @property
-    def operations(self) -> Any:
-        return self._client("ZoneOperationsClient")
+    def on_workbench(self) -> bool:
+        """Whether this runs on a Vertex AI Workbench instance (whose project and zone are the defaults)."""
+        return workbench() is not None
 
     @property
     def project(self) -> str:
-        if self._project is None:
-            wb = workbench() if not self.settings.project else None
-            project = self.settings.project or (wb or {}).get("project") or ""
-            if not project and not self.endpoint:
-                self._credentials()
-                project = self._adc_project or ""
-            project = project or os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("CLOUDSDK_CORE_PROJECT", "")
-            if not project:
-                raise UsageError(
-                    "no Google Cloud project: set c.NBBurst.project, $NBBURST_PROJECT or "
-                    "`%burst config project=ID` (or `gcloud config set project ID`)"
-                )
-            self._project = project
-        return self._project
+        return self.api.project
 
-    def _api(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """Call the API, retrying transient failures, and turn errors into readable ones."""
-        import requests
-        from google.api_core import exceptions as gexc
-        from google.auth import exceptions as auth_exc
+    @property
+    def instances(self) -> Any:
+        """The API's InstancesClient."""
+        return self.api.instances
 
-        delay = 1.0
-        for attempt in range(self.api_attempts):
-            try:
-                return fn(*args, **kwargs)
-            except (
-                gexc.ServiceUnavailable,
-                gexc.InternalServerError,
-                gexc.GatewayTimeout,
-                gexc.TooManyRequests,
-                ConnectionError,
-                requests.ConnectionError,
-                requests.Timeout,
-                auth_exc.TransportError,
-            ) as exc:
-                if attempt == self.api_attempts - 1:
-                    raise BurstError(f"{what}: Compute Engine did not answer ({exc}); try again") from None
-            except (auth_exc.DefaultCredentialsError, auth_exc.RefreshError) as exc:
-                raise UsageError(f"{what}: {NO_CREDENTIALS} ({exc})") from None
-            except gexc.Unauthorized as exc:
-                raise UsageError(f"{what}: the credentials were refused ({exc.message}); {NO_CREDENTIALS}") from None
-            time.sleep(delay)
-            delay *= 2
-        raise AssertionError("unreachable")
+    @property
+    def api_attempts(self) -> int:
+        """How many times a Compute request that failed for a transient reason is made."""
+        return self.api.attempts
+
+    @api_attempts.setter
+    def api_attempts(self, attempts: int) -> None:
+        self.api.attempts = attempts
 
     # -- where ------------------------------------------------------------------------------
-    def _zone_setting(self, resources: Resources | None = None) -> str:
+    def zone_setting(self, resources: Resources | None = None) -> str:
+        """The zone (or region, or ``auto``) asked for: ``--zone``, c.NBBurst.zone, this Workbench's zone."""
         zone = (resources.zone if resources else None) or self.settings.zone
         if not zone:
             zone = (workbench() or {}).get("zone", "")
@@ -266,14 +192,14 @@ class GCEMachines(Machines):
 
     def default_zone(self) -> str | None:
         try:
-            zone = self._zone_setting()
+            zone = self.zone_setting()
         except UsageError:
             return None
         return zone if _ZONE_RE.match(zone) else None
 
-    def _zones_for(self, resources: Resources) -> list[str]:
+    def zones_for(self, resources: Resources) -> list[str]:
         """The zone to use, or with ``--zone auto`` (or a region) every zone of the region, preferred first."""
-        zone = self._zone_setting(resources)
+        zone = self.zone_setting(resources)
         if _ZONE_RE.match(zone):
             return [zone]
         base = None
@@ -295,84 +221,27 @@ class GCEMachines(Machines):
         from google.api_core import exceptions as gexc
 
         try:
-            info = self._api(
-                "listing the zones", self._client("RegionsClient").get, project=self.project, region=region, timeout=30
-            )
+            info = self.api.region(region, "listing the zones")
         except gexc.NotFound:
             raise UsageError(f"--zone: region {region} does not exist") from None
-        zones = sorted(_zone_of(z) for z in info.zones)
+        zones = sorted(gce_api.resource_name(z) for z in info.zones)
         if base in zones:
             zones.remove(base)
             zones.insert(0, base)
         return zones
 
-    # -- catalog ----------------------------------------------------------------------------
-    def _catalog(self, zone: str) -> list[gce_types.MachineType]:
-        cached = self._catalogs.get(zone)
-        if cached and time.monotonic() - cached[0] < self.catalog_ttl_s:
-            return cached[1]
-        from google.api_core import exceptions as gexc
-
-        try:
-            listed = self._api(
-                f"listing machine types of {zone}",
-                self._client("MachineTypesClient").list,
-                project=self.project,
-                zone=zone,
-                timeout=60,
-            )
-            catalog = [gce_types.MachineType.from_api(m) for m in listed]
-        except (gexc.NotFound, gexc.BadRequest):
-            raise UsageError(f"zone {zone} does not exist in Compute Engine (c.NBBurst.zone / --zone)") from None
-        except gexc.Forbidden as exc:
-            raise UsageError(
-                f"cannot list machine types in project {self.project}: {exc.message}. Is the Compute "
-                "Engine API enabled (`gcloud services enable compute.googleapis.com`) and may this "
-                "account use it?"
-            ) from None
-        self._catalogs[zone] = (time.monotonic(), catalog)
-        return catalog
-
-    def _machine_type(self, zone: str, name: str) -> gce_types.MachineType | None:
-        found = {m.name: m for m in self._catalog(zone)}.get(name)
-        if found or not gce_types.custom_type(name):
-            return found
-        from google.api_core import exceptions as gexc
-
-        try:
-            got = self._api(
-                "checking the machine type",
-                self._client("MachineTypesClient").get,
-                project=self.project,
-                zone=zone,
-                machine_type=name,
-                timeout=30,
-            )
-        except (gexc.NotFound, gexc.BadRequest):
-            return None
-        return gce_types.MachineType.from_api(got)
-
-    def _gpus(self, zone: str) -> set[str]:
-        listed = self._api(
-            f"listing GPUs of {zone}",
-            self._client("AcceleratorTypesClient").list,
-            project=self.project,
-            zone=zone,
-            timeout=60,
-        )
-        return {a.name for a in listed}
-
     # -- image --------------------------------------------------------------------------------
-    def _image(self, resources: Resources) -> tuple[str, str | None, str]:
+    def image_for(self, resources: Resources) -> tuple[str, str | None, str]:
         """(image path ``projects/P/global/images/NAME``, its Python ``3.11`` or None, where it came from)."""
         image_project = self.settings.image_project or self.project
-        wb = workbench()
         if resources.image:
             ref, source = resources.image, "--image"
         elif resources.image_family:
             ref, source = f"projects/{image_project}/global/images/family/{resources.image_family}", "--image-family"
-        elif wb and wb.get("image") and not (self.settings.image or self.settings.image_family):
-            ref, source = wb["image"], "this Workbench instance's image"
+        elif resources.gpu and self.settings.gpu_image_family:  # an image with an NVIDIA driver
+            gpu_project = self.settings.gpu_image_project or image_project
+            ref = f"projects/{gpu_project}/global/images/family/{self.settings.gpu_image_family}"
+            source = "c.NBBurst.gpu_image_family (--gpu)"
         elif self.settings.image:
             ref, source = self.settings.image, "c.NBBurst.image"
         elif self.settings.image_family:
@@ -380,38 +249,18 @@ class GCEMachines(Machines):
                 f"projects/{image_project}/global/images/family/{self.settings.image_family}",
                 "c.NBBurst.image_family",
             )
-        else:
-            raise UsageError(
-                "no VM image: set c.NBBurst.image_family (and image_project), or pass --image / "
-                "--image-family; `nbburst image build` makes an image with this notebook's Python "
-                "and packages"
-            )
+        else:  # also on Workbench: its own image is private to Google, no VM can boot from it
+            ref = f"projects/{gce_image.DEFAULT_IMAGE_PROJECT}/global/images/family/{gce_image.DEFAULT_IMAGE_FAMILY}"
+            source = "the default stock image (the VM installs the notebook's Python and packages)"
         m = re.search(r"(?:projects/([^/]+)/)?global/images/(family/)?([^/]+)$", ref)
         project, family, name = (
             (m.group(1) or image_project, m.group(2), m.group(3)) if m else (image_project, None, ref)
         )
-        return self.lookup_image(project, name, bool(family), source)
-
-    def lookup_image(self, project: str, name: str, family: bool, source: str) -> tuple[str, str | None, str]:
-        """(``projects/P/global/images/NAME``, its python label or None, ``source``) of an image or family;
-        a missing or forbidden one is a UsageError that names ``source``."""
-        from google.api_core import exceptions as gexc
-
-        images = self._client("ImagesClient")
-        try:
-            if family:
-                img = self._api("resolving the image", images.get_from_family, project=project, family=name, timeout=30)
-            else:
-                img = self._api("resolving the image", images.get, project=project, image=name, timeout=30)
-        except gexc.NotFound:
-            what = f"image family {name}" if family else f"image {name}"
-            raise UsageError(f"{source}: {what} does not exist in project {project}") from None
-        except gexc.Forbidden as exc:
-            raise UsageError(f"{source}: no access to images of project {project} ({exc.message})") from None
-        return f"projects/{project}/global/images/{img.name}", python_of_labels(dict(img.labels)), source
+        return self.api.lookup_image(project, name, bool(family), source)
 
     @staticmethod
-    def _check_python(image: str, image_python: str | None) -> None:
+    def check_python(image: str, image_python: str | None) -> None:
+        """UsageError when the image's Python is known and is not this notebook's minor version."""
         import platform
 
         here = ".".join(platform.python_version().split(".")[:2])
@@ -423,14 +272,16 @@ class GCEMachines(Machines):
             )
 
     # -- bucket -------------------------------------------------------------------------------
-    def _store(self, root: str) -> Any:
+    def store_for(self, root: str) -> Any:
+        """The Store at ``root`` (opened once)."""
         if root not in self._stores:
             from ...store import open_store
 
             self._stores[root] = open_store(root)
         return self._stores[root]
 
-    def _check_store(self) -> str:
+    def check_store(self) -> str:
+        """The gs:// store root of the jobs; UsageError when VMs could not use it."""
         url = config.store_url(self.settings, "gce")
         if not url.startswith("gs://"):
             raise UsageError(
@@ -442,7 +293,7 @@ class GCEMachines(Machines):
             return url
         from google.api_core import exceptions as gexc
 
-        store = self._store(url)
+        store = self.store_for(url)
         try:
             exists = store.client.bucket(bucket).exists(timeout=30)
         except (gexc.Forbidden, gexc.Unauthorized):
@@ -450,7 +301,7 @@ class GCEMachines(Machines):
         except Exception as exc:
             message = str(exc)
             if "credentials" in message.lower():
-                raise UsageError(NO_CREDENTIALS) from None
+                raise UsageError(gce_api.NO_CREDENTIALS) from None
             raise UsageError(f"cannot reach the bucket gs://{bucket}: {type(exc).__name__}: {message}") from None
         if not exists:
             raise UsageError(
@@ -458,60 +309,28 @@ class GCEMachines(Machines):
                 f"gs://{bucket} --location=REGION --uniform-bucket-level-access --public-access-prevention`, or set "
                 "c.NBBurst.bucket to a bucket you can write to"
             )
+        checks = self.access_checks(bucket)
+        for check in checks:
+            if check.level == "warn":
+                log.warning("nbburst: %s: %s (fix: %s)", check.name, check.detail, check.fix)
+        refused = [f"{c.detail} (fix: {c.fix})" for c in checks if c.level == "fail"]
+        if refused:
+            raise UsageError("; ".join(refused))
         self._buckets_ok.add(bucket)
         return url
 
-    # -- quota --------------------------------------------------------------------------------
-    def _quota_problem(
-        self, zone: str, machine: gce_types.MachineType, gpu: str | None, gpu_count: int, spot: bool
-    ) -> str | None:
-        region = pricing.region_of(zone)
-        info = self._api(
-            "reading quotas", self._client("RegionsClient").get, project=self.project, region=region, timeout=30
-        )
-        quotas = {q.metric: q for q in info.quotas}
-        demand: dict[str, float] = {}
-        pre = quotas.get("PREEMPTIBLE_CPUS")
-        spot_quota = spot and pre is not None and pre.limit > 0
-        demand["PREEMPTIBLE_CPUS" if spot_quota else "CPUS"] = machine.cpus
-        if not spot_quota:
-            family_metric = gce_types.family_quota_metric(machine.family)
-            if family_metric in quotas:
-                demand[family_metric] = machine.cpus
-        gpus = {}
-        if gpu:
-            gpus[gpu] = gpu_count or machine.gpu_count
-        for name, count in gpus.items():
-            metric = gce_types.gpu_quota_metric(name)
-            pq = quotas.get("PREEMPTIBLE_" + metric)
-            if spot and pq is not None and pq.limit > 0:
-                metric = "PREEMPTIBLE_" + metric
-            demand[metric] = demand.get(metric, 0) + count
-        kind = "spot" if spot else "standard"
-        for metric, need in demand.items():
-            q = quotas.get(metric)
-            if q is None:
-                if metric.endswith("_GPUS"):
-                    return (
-                        f"the project {self.project} has no {metric} quota in {region}; request it "
-                        f"({self._quota_link(metric)})"
-                    )
-                continue
-            free = q.limit - q.usage
-            if need > free:
-                fallback = ""
-                if metric == "CPUS" and spot and not spot_quota:
-                    fallback = " (spot VMs use the CPUS quota when the region has no PREEMPTIBLE_CPUS quota)"
-                hint = "; or --on-demand (standard quota)" if spot and spot_quota else ""
-                return (
-                    f"not enough quota for this {kind} VM in {region}: it needs {need:g} {metric}{fallback} but "
-                    f"only {max(free, 0):g} of {q.limit:g} are free. Ask for fewer cores{hint}, or request more "
-                    f"quota: {self._quota_link(metric)}"
-                )
-        return None
+    def access_checks(self, bucket: str) -> list[Check]:
+        """Who may use ``bucket`` (see :mod:`~nbburst.machines.gce.access`): these credentials, the VMs' scopes
+        and their service account."""
+        handle = self.store_for(config.store_url(self.settings, "gce")).client.bucket(bucket)
+        checks = [gce_access.caller_access(handle), *gce_access.scope_checks(self.scopes())]
+        from google.api_core import exceptions as gexc
 
-    def _quota_link(self, metric: str) -> str:
-        return f"https://console.cloud.google.com/iam-admin/quotas?project={self.project}&metric={metric}"
+        try:
+            email = self.service_account_email()
+        except (BurstError, gexc.GoogleAPICallError) as exc:  # the project's default account cannot be read
+            return [*checks, Check("vm service account", False, f"not checked: {exc}", warning=True)]
+        return [*checks, gce_access.service_account_access(handle, email)]
 
     # -- planning -----------------------------------------------------------------------------
     def plan(self, resources: Resources) -> Plan:
@@ -520,29 +339,30 @@ class GCEMachines(Machines):
                 "--workers: scaling out over several VMs (Dask) is not available on the gce "
                 "backend yet; use --cores for a bigger VM"
             )
-        self._check_store()
-        zones = self._zones_for(resources)
+        self.check_store()
+        zones = self.zones_for(resources)
         zone = zones[0]
-        catalog = self._catalog(zone)
+        catalog = self.api.machine_types(zone)
         if resources.machine_type and resources.machine_type not in {m.name for m in catalog}:
-            extra = self._machine_type(zone, resources.machine_type)
+            extra = self.api.machine_type(zone, resources.machine_type)
             if extra is not None:
                 catalog = [*catalog, extra]
-        offered = self._gpus(zone) if resources.gpu else None
-        prices = pricing.table_for(self.settings)
+        offered = self.api.accelerator_types(zone) if resources.gpu else None
+        prices = self.prices.table(pricing.region_of(zone))
         choice = gce_types.choose(resources, catalog, zone, prices, offered)
         spot = not resources.on_demand
-        image, image_python, image_source = self._image(resources)
-        self._check_python(image, image_python)
-        problem = self._quota_problem(zone, choice.machine, choice.gpu, choice.gpu_count, spot)
+        image, image_python, image_source = self.image_for(resources)
+        self.check_python(image, image_python)
+        problem = self.api.quota_problem(zone, choice.machine, choice.gpu, choice.gpu_count, spot)
         if problem:
             raise UsageError(problem)
         py = f"Python {image_python}" if image_python else "Python version not labelled; the agent checks it"
         reason = f"{choice.reason}; image {image.rsplit('/', 1)[-1]} from {image_source} ({py})"
         if len(zones) > 1:
             reason += f"; zones to try: {', '.join(zones)}"
+        reason += f"; {pricing.price_source(prices)}"
         m = choice.machine
-        return Plan(
+        plan = Plan(
             machine_type=m.name,
             cores=m.cpus,
             memory_gb=round(m.memory_mb / 1024, 2),
@@ -563,6 +383,7 @@ class GCEMachines(Machines):
                 "custom": choice.custom,
             },
         )
+        return pricing.price_plan(plan, self.backend, self.settings, prices)  # the breakdown at these prices
 
     # -- the VM ---------------------------------------------------------------------------------
     def _max_run_s(self, spec: JobSpec) -> int:
@@ -572,9 +393,27 @@ class GCEMachines(Machines):
     def _service_account(self) -> str:
         return self.settings.service_account or (workbench() or {}).get("service_account") or "default"
 
-    def _scopes(self) -> list[str]:
-        raw = getattr(self.settings, "scopes", "") or CLOUD_PLATFORM
+    def scopes(self) -> list[str]:
+        """The VMs' OAuth scopes (c.NBBurst.scopes)."""
+        raw = getattr(self.settings, "scopes", "") or gce_api.CLOUD_PLATFORM
         return [s for s in re.split(r"[\s,]+", raw) if s]
+
+    def service_account_email(self) -> str:
+        """The e-mail of the VMs' service account: c.NBBurst.service_account, this Workbench's, or the project's
+        default compute service account."""
+        chosen = self._service_account()
+        return chosen if chosen != "default" else self.api.project_resource().default_service_account
+
+    def service_accounts(self) -> list[Any]:
+        """The service account a VM runs as (c.NBBurst.service_account, this Workbench's, or the default), with
+        c.NBBurst.scopes."""
+        from google.cloud import compute_v1
+
+        return [compute_v1.ServiceAccount(email=self._service_account(), scopes=self.scopes())]
+
+    def network_interface(self, zone: str) -> Any:
+        """The network interface of a VM in ``zone`` (c.NBBurst.network and subnetwork)."""
+        return gce_api.network_interface(zone, self.settings.network, self.settings.subnetwork)
 
     def instance_resource(
         self, spec: JobSpec, job_url: str, key: bytes, attempt: int, zone: str, plan: dict[str, Any], spot: bool
@@ -588,8 +427,8 @@ class GCEMachines(Machines):
             "nbburst-job-url": job_url,
             "nbburst-key": key.hex(),
             "nbburst-attempt": str(attempt),
-            "startup-script": gce_scripts.startup_script(),
-            "shutdown-script": gce_scripts.shutdown_script(),
+            "startup-script": vm.startup_script(),
+            "shutdown-script": vm.shutdown_script(),
         }
         if gpu:
             items["install-nvidia-driver"] = "True"
@@ -600,16 +439,6 @@ class GCEMachines(Machines):
             on_host_maintenance="TERMINATE" if spot or gpu else "MIGRATE",
             automatic_restart=False,
         )
-        network = self.settings.network or "default"
-        nic = compute_v1.NetworkInterface(
-            network=network if "/" in network else f"global/networks/{network}",
-            access_configs=[
-                compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT", network_tier="PREMIUM")
-            ],
-        )
-        if self.settings.subnetwork:
-            sub = self.settings.subnetwork
-            nic.subnetwork = sub if "/" in sub else f"regions/{pricing.region_of(zone)}/subnetworks/{sub}"
         resource = compute_v1.Instance(
             name=name,
             description=f"nbburst job {spec.name} ({spec.job_id})",
@@ -617,24 +446,14 @@ class GCEMachines(Machines):
             labels={
                 "nbburst": "1",
                 "nbburst-job": spec.job_id,
-                "nbburst-owner": _label(spec.owner or "unknown"),
-                "nbburst-name": _label(spec.name),
+                "nbburst-owner": gce_api.label(spec.owner or "unknown"),
+                "nbburst-name": gce_api.label(spec.name),
             },
-            metadata=compute_v1.Metadata(items=[compute_v1.Items(key=k, value=v) for k, v in items.items()]),
-            disks=[
-                compute_v1.AttachedDisk(
-                    boot=True,
-                    auto_delete=True,
-                    initialize_params=compute_v1.AttachedDiskInitializeParams(
-                        source_image=plan["image"],
-                        disk_size_gb=int(self.settings.disk_gb),
-                        disk_type=f"zones/{zone}/diskTypes/pd-balanced",
-                    ),
-                )
-            ],
-            network_interfaces=[nic],
+            metadata=gce_api.instance_metadata(items),
+            disks=[gce_api.boot_disk(zone, plan["image"], self.settings.disk_gb)],
+            network_interfaces=[self.network_interface(zone)],
             scheduling=scheduling,
-            service_accounts=[compute_v1.ServiceAccount(email=self._service_account(), scopes=self._scopes())],
+            service_accounts=self.service_accounts(),
         )
         if attached and gpu_count:
             resource.guest_accelerators = [
@@ -644,43 +463,19 @@ class GCEMachines(Machines):
             ]
         return resource
 
-    def _wait(self, zone: str, operation: Any, what: str) -> Any:
-        """Wait for a zone operation with our own client (same endpoint and credentials)."""
-        from google.cloud import compute_v1
-
-        name = operation.name
-        deadline = time.monotonic() + self.operation_timeout_s
-        while True:
-            op = self._api(what, self.operations.wait, project=self.project, zone=zone, operation=name, timeout=120)
-            if op.status == compute_v1.Operation.Status.DONE:
-                return op
-            if time.monotonic() > deadline:
-                raise BurstError(
-                    f"{what}: Compute Engine did not finish within {self.operation_timeout_s:g} s (operation {name})"
-                )
-
-    @staticmethod
-    def _op_error(op: Any) -> tuple[list[str], str]:
-        errors = list(op.error.errors) if op.error else []
-        return [e.code for e in errors], "; ".join(e.message for e in errors)
-
     def _create(self, zone: str, resource: Any) -> None:
         from google.api_core import exceptions as gexc
-        from google.cloud import compute_v1
 
-        request = compute_v1.InsertInstanceRequest(
-            project=self.project, zone=zone, instance_resource=resource, request_id=str(uuid.uuid4())
-        )
         what = f"creating VM {resource.name} in {zone}"
         try:
-            op = self._api(what, self.instances.insert, request=request, timeout=60)
+            op = self.api.insert_instance(zone, resource, what)
         except gexc.Conflict:
             return  # it exists: made by an earlier try of this very launch (the name is the job's)
         except gexc.Forbidden as exc:
             raise BurstError(
                 f"{what}: {exc.message}"
                 + (
-                    f" — request more quota: {self._quota_link('CPUS')}"
+                    f" — request more quota: {self.api.quota_link('CPUS')}"
                     if "quota" in exc.message.lower()
                     else " — the account needs the Compute Instance Admin role"
                     " and permission to use the service account"
@@ -693,7 +488,7 @@ class GCEMachines(Machines):
         except gexc.NotFound as exc:
             raise BurstError(f"{what}: {exc.message}") from None
         try:
-            done = self._wait(zone, op, what)
+            done = self.api.wait(op, what, zone=zone)
         except BurstError:
             self._zones[resource.name] = zone
             try:  # we cannot tell how it went: never leave a VM behind that nobody waits for
@@ -703,11 +498,12 @@ class GCEMachines(Machines):
                     "nbburst: could not delete %s after a failed launch; `nbburst gc` removes it", resource.name
                 )
             raise
-        codes, message = self._op_error(done)
-        if any(c in _CAPACITY_CODES for c in codes):
-            raise _NoCapacity(message or codes[0])
+        codes, message = gce_api.operation_errors(done)
+        refused = no_capacity(what, zone, codes, message)
+        if refused is not None:
+            raise refused
         if any("QUOTA" in c for c in codes):
-            raise BurstError(f"{what}: {message} — request more quota: {self._quota_link('CPUS')}")
+            raise BurstError(f"{what}: {message} — request more quota: {self.api.quota_link('CPUS')}")
         if codes:
             raise BurstError(f"{what}: {message or ', '.join(codes)}")
 
@@ -739,7 +535,7 @@ class GCEMachines(Machines):
                 resource = self.instance_resource(spec, job_url, key, attempt, zone, plan, use_spot)
                 try:
                     self._create(zone, resource)
-                except _NoCapacity:
+                except NoCapacity:
                     tried.append(f"{zone} (no {'spot' if use_spot else 'on-demand'} capacity)")
                     continue
                 except _NotOffered:
@@ -753,24 +549,38 @@ class GCEMachines(Machines):
                 return name
         kind = "spot" if spot else "on-demand"
         if len(zones) == 1 and len(tried) == 1 and tried[0].endswith("not offered)"):
-            raise NoCapacityError(f"{plan['machine_type']} is not offered in zone {zones[0]}", zones[0])
+            raise NoCapacity(f"{plan['machine_type']} is not offered in zone {zones[0]}", zones[0])
         if len(zones) == 1 and len(tried) == 1:
             region = pricing.region_of(zones[0])
-            raise NoCapacityError(
+            raise NoCapacity(
                 f"zone {zones[0]} has no capacity for {plan['machine_type']} {kind} VMs right now "
                 f"(ZONE_RESOURCE_POOL_EXHAUSTED). Try --zone auto (the other zones of {region}), "
                 f"{'--on-demand, ' if spot else ''}another machine type, or again later",
                 zones[0],
             )
-        raise NoCapacityError(
+        raise NoCapacity(
             f"no capacity for {plan['machine_type']} {kind} VMs in any zone tried: {', '.join(tried)}. Try "
             f"{'--on-demand, ' if spot else ''}another region (c.NBBurst.zone) or machine type, or again later",
             zones[-1] if zones else None,
         )
 
+    # -- the environment on the VM ---------------------------------------------------------------
+    def environment(self, code: str, modules: Iterable[str], plan: dict[str, Any] | None = None) -> dist.Environment:
+        """What a VM of ``plan`` installs for a job of ``code`` (see :mod:`nbburst.protocol.dist`)."""
+        modules = list(modules)
+        python = ".".join(map(str, sys.version_info[:2]))
+        platform = platform_of(plan) if plan else ""
+        return dist.environment(dist.requirements(code, modules), python, platform, code, modules)
+
+    def check_environment(self, code: str, modules: Iterable[str]) -> None:
+        """Refuse a job whose cell needs a distribution a VM cannot install (conda-only, Colab-only), naming it."""
+        modules = list(modules)
+        dist.check(self.environment(code, modules), code, modules)
+
     def _publish(self, spec: JobSpec, job_url: str, key: bytes) -> None:
-        root, _, job_id = job_url.rstrip("/").rpartition("/jobs/")
-        store, layout = self._store(root), JobLayout(job_id)
+        """The job's signed manifest: its nbburst, its environment and the stored one to start from."""
+        root, job_id = split_job_url(job_url)
+        store, layout = self.store_for(root), JobLayout(job_id)
         if store.exists(layout.dist_manifest):
             return
         code = store.get(layout.code).decode(errors="replace") if spec.kind == "cell" else ""
@@ -778,7 +588,24 @@ class GCEMachines(Machines):
             modules = list(json.loads(store.get(layout.inputs)).get("modules", {}).values())
         except Exception:
             modules = []
-        dist.publish(store, layout, key, dist.requirements(code, modules))
+        environment = self.environment(code, modules, spec.plan)
+        dist.check(environment, code, modules)
+        if environment.unavailable:
+            log.warning(
+                "nbburst: not installed on the VM (the cell does not import them): %s",
+                ", ".join(f"{u.name} ({u.why})" for u in environment.unavailable),
+            )
+        keys = signing.KeyRing(config.state_dir(self.settings) / "keys")
+        base = envcache.choose(
+            store,
+            environment.hash,
+            environment.python,
+            environment.platform,
+            {p.name: p.version for p in environment.pins},
+            lambda job: keys.get(job) if keys.has(job) else None,
+        )
+        dist.publish(store, layout, key, environment_=environment, base=base)
+        self.last_environment = {"summary": environment.summary(), "hash": environment.hash, "base": base}
 
     # -- finding a machine ------------------------------------------------------------------------
     def _get(self, name: str) -> tuple[Any, str] | None:
@@ -788,30 +615,18 @@ class GCEMachines(Machines):
         zone = self._zones.get(name) or self.default_zone()
         if zone:
             try:
-                inst = self._api(
-                    "describing the VM", self.instances.get, project=self.project, zone=zone, instance=name, timeout=30
-                )
+                inst = self.api.instance(zone, name)
                 self._zones[name] = zone
                 return inst, zone
             except gexc.NotFound:
                 if name in self._zones:
                     return None
-        found = self._aggregated(f'name = "{name}"')
+        found = self.api.instances_where(f'name = "{name}"')
         if not found:
             return None
         inst, zone = found[0]
         self._zones[name] = zone
         return inst, zone
-
-    def _aggregated(self, filter_: str) -> list[tuple[Any, str]]:
-        from google.cloud import compute_v1
-
-        request = compute_v1.AggregatedListInstancesRequest(project=self.project, filter=filter_)
-        out = []
-        for scope, scoped in self._api("listing VMs", self.instances.aggregated_list, request=request, timeout=60):
-            for inst in scoped.instances:
-                out.append((inst, _zone_of(scope)))
-        return out
 
     @staticmethod
     def _info(inst: Any, zone: str) -> MachineInfo:
@@ -826,8 +641,8 @@ class GCEMachines(Machines):
             job_id=labels.get("nbburst-job", ""),
             state=_STATES.get(inst.status, PROVISIONING),
             attempt=attempt,
-            created=_timestamp(inst.creation_timestamp),
-            detail=f"{inst.status} {_zone_of(inst.machine_type)} in {zone}"
+            created=gce_api.timestamp(inst.creation_timestamp),
+            detail=f"{inst.status} {gce_api.resource_name(inst.machine_type)} in {zone}"
             + (" (spot)" if inst.scheduling.provisioning_model == "SPOT" else ""),
             labels=labels,
         )
@@ -839,9 +654,10 @@ class GCEMachines(Machines):
         return self._info(*found)
 
     def list(self, job_id: str | None = None) -> list[MachineInfo]:
-        filter_ = 'labels.nbburst = "1"' + (f' labels.nbburst-job = "{job_id}"' if job_id else "")
+        # Several expressions: each in parentheses, as the API's filter parameter requires.
+        filter_ = '(labels.nbburst = "1")' + (f' (labels.nbburst-job = "{job_id}")' if job_id else "")
         out = []
-        for inst, zone in self._aggregated(filter_):
+        for inst, zone in self.api.instances_where(filter_):
             self._zones[inst.name] = zone
             out.append(self._info(inst, zone))
         return sorted(out, key=lambda m: m.name)
@@ -850,8 +666,6 @@ class GCEMachines(Machines):
     def restart(self, name: str, spec: JobSpec, job_url: str, key: bytes, attempt: int) -> str:
         """Start the stopped VM again (its disk keeps the venv and pip cache), or make a new one when it is
         gone, or elsewhere when the supervisor moves the job (another zone, on-demand)."""
-        from google.cloud import compute_v1
-
         found = self._get(name)
         if found is None:
             return self.launch(spec, job_url, key, attempt)
@@ -872,13 +686,11 @@ class GCEMachines(Machines):
             return self.launch(spec, job_url, key, attempt)
         self._set_attempt(inst, zone, attempt)
         what = f"starting VM {name} in {zone}"
-        request = compute_v1.StartInstanceRequest(
-            project=self.project, zone=zone, instance=name, request_id=str(uuid.uuid4())
-        )
-        op = self._api(what, self.instances.start, request=request, timeout=60)
-        codes, message = self._op_error(self._wait(zone, op, what))
-        if any(c in _CAPACITY_CODES for c in codes):
-            raise NoCapacityError(f"{what}: zone {zone} has no capacity right now ({message or codes[0]})", zone)
+        op = self.api.start_instance(zone, name, what)
+        codes, message = gce_api.operation_errors(self.api.wait(op, what, zone=zone))
+        refused = no_capacity(what, zone, codes, message)
+        if refused is not None:
+            raise refused
         if codes:
             raise BurstError(f"{what}: {message or ', '.join(codes)}")
         return name
@@ -892,67 +704,32 @@ class GCEMachines(Machines):
                 compute_v1.Items(key=i.key, value=i.value) for i in inst.metadata.items if i.key != "nbburst-attempt"
             ]
             items.append(compute_v1.Items(key="nbburst-attempt", value=str(attempt)))
-            request = compute_v1.SetMetadataInstanceRequest(
-                project=self.project,
-                zone=zone,
-                instance=inst.name,
-                request_id=str(uuid.uuid4()),
-                metadata_resource=compute_v1.Metadata(fingerprint=inst.metadata.fingerprint, items=items),
-            )
+            metadata = compute_v1.Metadata(fingerprint=inst.metadata.fingerprint, items=items)
+            what = "updating the VM's metadata"
             try:
-                op = self._api("updating the VM's metadata", self.instances.set_metadata, request=request, timeout=60)
+                op = self.api.set_metadata(zone, inst.name, metadata, what)
             except gexc.PreconditionFailed:
-                inst = self._api(
-                    "describing the VM",
-                    self.instances.get,
-                    project=self.project,
-                    zone=zone,
-                    instance=inst.name,
-                    timeout=30,
-                )
+                inst = self.api.instance(zone, inst.name)
                 continue
-            self._wait(zone, op, "updating the VM's metadata")
+            self.api.wait(op, what, zone=zone)
             return
         raise BurstError(f"could not update the metadata of {inst.name}: it kept changing")
 
     def delete(self, name: str, *, wait: bool = False) -> None:
-        from google.api_core import exceptions as gexc
-
         found = self._get(name)
         if found is None:
             return
-        from google.cloud import compute_v1
-
-        zone = found[1]
-        request = compute_v1.DeleteInstanceRequest(
-            project=self.project, zone=zone, instance=name, request_id=str(uuid.uuid4())
-        )
-        try:
-            op = self._api(f"deleting VM {name}", self.instances.delete, request=request, timeout=60)
-        except gexc.NotFound:
-            return
-        if wait:
-            self._wait(zone, op, f"deleting VM {name}")
+        zone, what = found[1], f"deleting VM {name}"
+        op = self.api.delete_instance(zone, name, what)
+        if op is not None and wait:
+            self.api.wait(op, what, zone=zone)
 
     def cleanup(self, name: str) -> None:
         """The job ended: delete its VM unless it is gone or being deleted already (the agent deletes its own;
         a VM that could only power itself off is deleted here)."""
         found = self._get(name)
-        if found is not None and "delete" not in self._operations_on(*found):
+        if found is not None and "delete" not in self.api.operation_types(found[1], found[0]):
             self.delete(name)
-
-    def _operations_on(self, inst: Any, zone: str, since: float = 0.0) -> set[str]:
-        """Types of the zone operations on this VM (insert, delete, compute.instances.preempted, ...)."""
-        from google.cloud import compute_v1
-
-        request = compute_v1.ListZoneOperationsRequest(
-            project=self.project, zone=zone, filter=f'targetId = "{inst.id}"'
-        )
-        return {
-            op.operation_type
-            for op in self._api("reading the VM's history", self.operations.list, request=request, timeout=30)
-            if _timestamp(op.insert_time) >= since
-        }
 
     def boot_failure(self, name: str, found: tuple[Any, str] | None = None) -> str | None:
         """Why a stopped VM is a failure rather than a preemption: its last boot ended before the agent
@@ -964,7 +741,8 @@ class GCEMachines(Machines):
         inst, zone = found
         if inst.status not in ("TERMINATED", "STOPPED"):
             return None
-        if self._operations_on(inst, zone, since=_timestamp(inst.last_start_timestamp) - 1) & set(_PREEMPTION_OPS):
+        since = gce_api.timestamp(inst.last_start_timestamp) - 1
+        if self.api.operation_types(zone, inst, since) & set(_PREEMPTION_OPS):
             return None  # preempted or ended for maintenance: a relaunch, not a failure
         console = self.console(name)
         last_boot = console[console.rfind("nbburst-startup: begin") :] if "nbburst-startup: begin" in console else ""
@@ -975,54 +753,23 @@ class GCEMachines(Machines):
             return None
         return (
             f"the machine {name} stopped before the nbburst agent could run the job (a boot failure, not a "
-            f"preemption). Last lines of its serial console:\n{console_tail(last_boot)}"
+            f"preemption). Last lines of its serial console:\n{gce_api.console_tail(last_boot)}"
         )
 
     def preempt(self, name: str, grace_s: float) -> None:
         found = self._get(name)
         if found is None:
             raise UsageError(f"machine {name} does not exist (the job is not running)")
-        zone = found[1]
-        if self.endpoint and "googleapis.com" not in self.endpoint:
-            import requests
-
-            url = f"{self.endpoint}/emulator/projects/{self.project}/zones/{zone}/instances/{name}/preempt"
-            resp = requests.post(url, json={"grace": grace_s}, timeout=30)
-            if resp.status_code != 404:
-                resp.raise_for_status()
-                return
-        self._api(
-            f"preempting {name}",
-            self.instances.simulate_maintenance_event,
-            project=self.project,
-            zone=zone,
-            instance=name,
-            timeout=60,
-        )
+        self.api.preempt(found[1], name, grace_s)
 
     def console(self, name: str) -> str:
-        from google.api_core import exceptions as gexc
-
         found = self._get(name)
         if found is None:
             return ""
-        try:
-            out = self._api(
-                "reading the serial console",
-                self.instances.get_serial_port_output,
-                project=self.project,
-                zone=found[1],
-                instance=name,
-                timeout=30,
-            )
-        except (gexc.NotFound, gexc.BadRequest):
-            return ""
-        return out.contents
+        return self.api.serial_output(found[1], name)[0]
 
     # -- doctor ---------------------------------------------------------------------------------------
     def doctor(self, resources: Resources | None = None) -> list[Check]:
         """Credentials, project and zone, the Compute and Storage APIs, the bucket, the spot and standard CPU
         quota for ``resources`` (default: the default machine), and the image (see gce_doctor)."""
-        from .doctor import doctor
-
-        return doctor(self, resources)
+        return gce_doctor.doctor(self, resources)

@@ -32,8 +32,6 @@ from ...protocol.job import Resources
 DEFAULT_CORES = 4
 #: Memory per vCPU assumed when --memory is not given (the highcpu ratio).
 DEFAULT_GB_PER_CPU = 1.0
-#: Custom machine types cost about 5 % more per vCPU and GB than predefined ones.
-CUSTOM_PREMIUM = 1.05
 
 GPU_ALIASES = {
     "t4": "nvidia-tesla-t4",
@@ -127,16 +125,12 @@ def _price(
     spot: bool,
     region: str,
     prices: dict[str, Any],
-    custom: bool = False,
 ) -> pricing.Breakdown:
+    """The hourly price of ``m`` (custom types at their custom prices, see :func:`pricing.hourly`)."""
     plan = {"machine_type": m.name, "cores": m.cpus, "memory_gb": m.memory_mb / 1024, "spot": spot, "zone": region}
     if gpu and m.gpu is None:
         plan.update(gpu=gpu, gpu_count=gpu_count)
-    b = pricing.for_plan(plan, "gce", prices=prices)
-    if custom:
-        b.vcpu, b.memory, b.on_demand = b.vcpu * CUSTOM_PREMIUM, b.memory * CUSTOM_PREMIUM, b.on_demand * CUSTOM_PREMIUM
-        b.notes.append(f"custom machine types priced {round((CUSTOM_PREMIUM - 1) * 100)} % above predefined")
-    return b
+    return pricing.for_plan(plan, "gce", prices=prices)
 
 
 def _priced(family: str, prices: dict[str, Any]) -> bool:
@@ -197,7 +191,7 @@ def choose(
                 f"--machine-type {m.name} has {m.memory_gb:g} GB, less than --memory {resources.memory_gb:g}"
             )
         _check_gpu_fits(m, gpu, gpu_count)
-        price = _price(m, gpu, gpu_count, spot, region, prices, custom=m.name not in by_name)
+        price = _price(m, gpu, gpu_count, spot, region, prices)
         reason = f"{m.name} as asked (--machine-type): {m.cpus} vCPUs, {m.memory_gb:g} GB, {kind}"
         return Choice(m, gpu or m.gpu, gpu_count if gpu else m.gpu_count, price, m.name not in by_name, reason)
 
@@ -267,7 +261,7 @@ def choose(
 
     priced = []
     for m, custom in candidates:
-        b = _price(m, gpu, gpu_count, spot, region, prices, custom)
+        b = _price(m, gpu, gpu_count, spot, region, prices)
         priced.append((b.total, m.cpus - cores, custom, m.name, m, b))
     priced.sort(key=lambda t: t[:4])
     total, _, custom, _, m, b = priced[0]
@@ -301,10 +295,15 @@ def _check_gpu_fits(m: MachineType, gpu: str | None, count: int) -> None:
         )
 
 
+#: GPUs whose quota metric is not named after the accelerator type (Compute Engine's ``Quota.metric`` enum).
+_QUOTA_CORE = {"nvidia-h100-80gb": "H100"}
+
+
 def gpu_quota_metric(gpu: str) -> str:
-    """``nvidia-tesla-t4`` -> ``NVIDIA_T4_GPUS``; ``nvidia-a100-80gb`` -> ``NVIDIA_A100_80GB_GPUS``."""
-    core = gpu.removeprefix("nvidia-").removeprefix("tesla-")
-    return "NVIDIA_" + core.upper().replace("-", "_") + "_GPUS"
+    """``nvidia-tesla-t4`` -> ``NVIDIA_T4_GPUS``; ``nvidia-a100-80gb`` -> ``NVIDIA_A100_80GB_GPUS``;
+    ``nvidia-h100-80gb`` -> ``NVIDIA_H100_GPUS``."""
+    core = _QUOTA_CORE.get(gpu) or gpu.removeprefix("nvidia-").removeprefix("tesla-").upper().replace("-", "_")
+    return f"NVIDIA_{core}_GPUS"
 
 
 def family_quota_metric(family: str) -> str:

@@ -36,6 +36,11 @@ def project_number(project: str) -> int:
     return stable_id("project", project, digits=12)
 
 
+def default_service_account(project: str) -> str:
+    """The e-mail of the project's default compute service account."""
+    return f"{project_number(project)}-compute@developer.gserviceaccount.com"
+
+
 REGION_ZONES: dict[str, list[str]] = {
     "us-central1": ["us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"],
     "us-east1": ["us-east1-b", "us-east1-c", "us-east1-d"],
@@ -270,24 +275,27 @@ def zone_json(project: str, zone: str) -> dict:
 
 # ---- quotas -------------------------------------------------------------------------------------
 
+# A new project's quotas, as Compute Engine commonly grants them (the console's quota page says what a
+# given project has): 24 vCPUs a region, 32 in all regions, and no GPU anywhere until one is requested
+# (GPUS_ALL_REGIONS 0). Tests that need more say so: ComputeEmulator(quotas={...}) or set_quota().
 DEFAULT_REGION_QUOTAS: dict[str, float] = {
-    "CPUS": 500,
-    # 0 means "no separate preemptible quota": spot usage then counts against CPUS, as on GCE.
+    "CPUS": 24,
+    # Listed at 0 in a new project, i.e. not set: spot usage then counts against CPUS, as on GCE.
     "PREEMPTIBLE_CPUS": 0,
-    "N2_CPUS": 500,
-    "C2D_CPUS": 500,
-    "A2_CPUS": 96,
+    "N2_CPUS": 24,
+    "C2D_CPUS": 24,
+    "A2_CPUS": 0,
     "INSTANCES": 1000,
     "DISKS_TOTAL_GB": 102400,
     "SSD_TOTAL_GB": 81920,
-    "NVIDIA_T4_GPUS": 4,
-    "PREEMPTIBLE_NVIDIA_T4_GPUS": 0,
-    "NVIDIA_L4_GPUS": 8,
-    "PREEMPTIBLE_NVIDIA_L4_GPUS": 0,
-    "NVIDIA_A100_GPUS": 8,
+    "NVIDIA_T4_GPUS": 1,
+    "PREEMPTIBLE_NVIDIA_T4_GPUS": 1,
+    "NVIDIA_L4_GPUS": 1,
+    "PREEMPTIBLE_NVIDIA_L4_GPUS": 1,
+    "NVIDIA_A100_GPUS": 0,
     "PREEMPTIBLE_NVIDIA_A100_GPUS": 0,
 }
-DEFAULT_PROJECT_QUOTAS: dict[str, float] = {"CPUS_ALL_REGIONS": 1000, "GPUS_ALL_REGIONS": 8}
+DEFAULT_PROJECT_QUOTAS: dict[str, float] = {"CPUS_ALL_REGIONS": 32, "GPUS_ALL_REGIONS": 0}
 
 
 def quota_demand(m: MachineType, accelerators: dict[str, int], spot: bool, disks: dict[str, int]) -> dict:
@@ -314,7 +322,12 @@ def quota_demand(m: MachineType, accelerators: dict[str, int], spot: bool, disks
 @dataclass
 class Image:
     """An image. One made by ``images.insert`` from a disk has ``content``: a copy of that disk's
-    folder, which becomes the first content of every instance disk made from the image."""
+    folder, which becomes the first content of every instance disk made from the image.
+
+    ``python``: a stock image's system Python minor version. Its instances' ``python3`` has nothing but the
+    standard library, and (when that version is not this machine's) says it is that version; their PATH has
+    no other Python and no uv (see :func:`nbburst.testing.compute.instance.stock_path`). None: an image
+    prepared with this machine's Python and every package it has (its instances' ``python3`` is this one)."""
 
     project: str
     name: str
@@ -328,6 +341,10 @@ class Image:
     source_disk: str | None = None  # full URL of the disk it was made from
     source_disk_id: str | None = None
     content: str | None = None  # folder holding the disk's files
+    #: Whether instances booted from it have a working NVIDIA driver (``nvidia-smi`` on their PATH when they
+    #: have GPUs): Deep Learning VM images do, stock OS images do not. Not part of the API's image resource.
+    nvidia_driver: bool = False
+    python: str | None = None  # not part of the API's image resource either
 
     def json(self) -> dict:
         out = {
@@ -357,12 +374,28 @@ class Image:
 
 DEFAULT_IMAGE_PROJECT = "nbburst-images"
 DEFAULT_IMAGE_FAMILY = "nbburst-py311"
+#: A Deep Learning VM image family (CUDA 12.9, NVIDIA driver 580, Ubuntu 24.04), as Google publishes it.
+GPU_IMAGE_PROJECT = "deeplearning-platform-release"
+GPU_IMAGE_FAMILY = "common-cu129-ubuntu-2404-nvidia-580"
 
 
 def default_images() -> list[Image]:
     t = time.time() - 86400
     return [
         Image(DEFAULT_IMAGE_PROJECT, "nbburst-py311-v1", DEFAULT_IMAGE_FAMILY, created=t),
-        Image("debian-cloud", "debian-12-bookworm-v20240110", "debian-12", created=t),
-        Image("ubuntu-os-cloud", "ubuntu-2204-jammy-v20240126", "ubuntu-2204-lts", created=t),
+        # Stock public images, with the system Python each one has.
+        Image("debian-cloud", "debian-12-bookworm-v20240110", "debian-12", created=t, python="3.11"),
+        Image("debian-cloud", "debian-13-trixie-v20250815", "debian-13", created=t, python="3.13"),
+        Image("ubuntu-os-cloud", "ubuntu-2204-jammy-v20240126", "ubuntu-2204-lts", created=t, python="3.10"),
+        Image(
+            "ubuntu-os-cloud", "ubuntu-2404-noble-amd64-v20240701", "ubuntu-2404-lts-amd64", created=t, python="3.12"
+        ),
+        Image(
+            GPU_IMAGE_PROJECT,
+            f"{GPU_IMAGE_FAMILY}-v20261001",
+            GPU_IMAGE_FAMILY,
+            disk_size_gb=50,
+            created=t,
+            nvidia_driver=True,
+        ),
     ]

@@ -16,6 +16,12 @@ soft-off signal), then SIGKILL whatever is left after the grace period. Scripts 
 on their PATH act on the emulated machine, never on the host. The host's ``NBBURST_*``
 variables are not passed on (a real VM has none); pass extra ones with ``instance_env``.
 
+Quotas are a new project's (24 vCPUs a region, 32 in all regions, no GPU: catalog.DEFAULT_*_QUOTAS) unless
+``quotas={"CPUS": 96, "GPUS_ALL_REGIONS": 1, ...}`` or :meth:`set_quota` say otherwise; inserts and starts
+beyond them fail with 403 quotaExceeded, and regions.get / projects.get report limits and usage. An instance
+with GPUs whose image has an NVIDIA driver (the Deep Learning VM image of the catalog) finds ``nvidia-smi``
+on its PATH, listing its GPUs; any other instance finds none.
+
 ``images.insert`` from a stopped instance's boot disk copies the disk folder as the image's
 content (under ``base_dir/images/PROJECT/NAME``); an instance booted from that image starts with
 a copy of it on its disk, as a baked image would. Image inserts are global operations
@@ -38,6 +44,7 @@ import uuid
 from pathlib import Path
 
 from nbburst.testing.compute import catalog as cat
+from nbburst.testing.compute.billing import Catalog
 from nbburst.testing.compute.instance import Instance, fingerprint, kill, reap, scan_processes, write_shims
 from nbburst.testing.compute.lifecycle import LifecycleMixin
 from nbburst.testing.compute.resources import (
@@ -76,6 +83,7 @@ class ComputeEmulator(LifecycleMixin):
         operation_wait_timeout: float = 120.0,
         images: list[cat.Image] | None = None,
         instance_env: dict[str, str] | None = None,
+        quotas: dict[str, float] | None = None,
     ):
         if zone not in cat.ZONE_REGION:
             raise ValueError(f"unknown zone {zone!r}; known: {sorted(cat.ZONE_REGION)}")
@@ -90,7 +98,11 @@ class ComputeEmulator(LifecycleMixin):
         self.operation_wait_timeout = operation_wait_timeout
         self.instance_env = dict(instance_env or {})
         self.images: list[cat.Image] = list(images) if images is not None else cat.default_images()
+        #: Quota limits that replace a new project's (catalog.DEFAULT_*_QUOTAS) in every region and project.
+        self.quotas = {metric: float(limit) for metric, limit in (quotas or {}).items()}
         self.request_log: list[dict] = []
+        #: The Cloud Billing Catalog stand-in served beside the Compute API (live prices, offline).
+        self.billing = Catalog(project)
         self._uid = uuid.uuid4().hex[:12]
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
@@ -171,6 +183,11 @@ class ComputeEmulator(LifecycleMixin):
     def endpoint(self) -> str:
         return f"http://{self.host}"
 
+    @property
+    def default_service_account(self) -> str:
+        """The default compute service account of the emulator's project (what VMs run as by default)."""
+        return cat.default_service_account(self.project)
+
     def env(self) -> dict[str, str]:
         """Environment variables pointing nbburst at this emulator."""
         return {
@@ -219,10 +236,20 @@ class ComputeEmulator(LifecycleMixin):
         if wait:
             done.wait()
 
-    def poweroff(self, name: str, *, reboot: bool = False, zone: str | None = None, project: str | None = None) -> None:
-        """What `sudo poweroff` (or `reboot`) does on the instance."""
+    def poweroff(
+        self,
+        name: str,
+        *,
+        reboot: bool = False,
+        zone: str | None = None,
+        project: str | None = None,
+        boot: int | None = None,
+    ) -> None:
+        """What `sudo poweroff` (or `reboot`) does on the instance; ``boot`` (the number of the boot whose
+        guest asked, as its processes have it in $NBBURST_EMULATOR_BOOT) keeps a request that comes late
+        from powering off the next boot, which a real guest's request never could."""
         inst = self._find(name, zone, project)
-        self._spawn(self._run_guest_off, inst, reboot)
+        self._spawn(self._run_guest_off, inst, reboot, boot)
 
     def set_zone_capacity(self, zone: str, available: bool, machine_types: list[str] | None = None) -> None:
         """Make a zone (or only some machine types / prefixes such as "n2-") out of capacity:
@@ -238,6 +265,8 @@ class ComputeEmulator(LifecycleMixin):
                 self._exhausted[zone] = set(machine_types) if machine_types else None
 
     def set_quota(self, metric: str, limit: float, *, region: str | None = None, project: str | None = None) -> None:
+        """Set one quota limit: a project-wide metric (CPUS_ALL_REGIONS, GPUS_ALL_REGIONS) for the project,
+        any other for the region (default: the emulator's)."""
         project = project or self.project
         with self._lock:
             if metric in cat.DEFAULT_PROJECT_QUOTAS:
@@ -463,7 +492,7 @@ class ComputeEmulator(LifecycleMixin):
             "commonInstanceMetadata": {"kind": "compute#metadata", "fingerprint": "", "items": []},
             "quotas": quotas,
             "selfLink": cat.API_ROOT + f"projects/{project}",
-            "defaultServiceAccount": f"{number}-compute@developer.gserviceaccount.com",
+            "defaultServiceAccount": cat.default_service_account(project),
             "xpnProjectStatus": "UNSPECIFIED_XPN_PROJECT_STATUS",
             "defaultNetworkTier": "PREMIUM",
         }
@@ -560,6 +589,8 @@ class ComputeEmulator(LifecycleMixin):
                 plan.family,
                 disk_size_gb=int(disk.get("diskSizeGb") or 10),
                 labels=plan.labels,
+                nvidia_driver=bool(inst.plan.image and inst.plan.image.nvidia_driver),  # the disk holds the driver
+                python=inst.plan.image.python if inst.plan.image else None,  # and the system's Python
                 status="PENDING",
                 description=plan.description,
                 source_disk=cat.link(plan.disk_project, "zones", plan.disk_zone, "disks", plan.disk_name),
@@ -740,12 +771,18 @@ class ComputeEmulator(LifecycleMixin):
 
     # ---- quotas ------------------------------------------------------------------------------
     def _rlimits(self, project: str, region: str) -> dict[str, float]:
-        return self._region_quotas.setdefault(
-            (project, region), {k: float(v) for k, v in cat.DEFAULT_REGION_QUOTAS.items()}
-        )
+        if (project, region) not in self._region_quotas:
+            limits = {k: float(v) for k, v in cat.DEFAULT_REGION_QUOTAS.items()}
+            limits.update({k: v for k, v in self.quotas.items() if k not in cat.DEFAULT_PROJECT_QUOTAS})
+            self._region_quotas[(project, region)] = limits
+        return self._region_quotas[(project, region)]
 
     def _plimits(self, project: str) -> dict[str, float]:
-        return self._project_quotas.setdefault(project, {k: float(v) for k, v in cat.DEFAULT_PROJECT_QUOTAS.items()})
+        if project not in self._project_quotas:
+            limits = {k: float(v) for k, v in cat.DEFAULT_PROJECT_QUOTAS.items()}
+            limits.update({k: v for k, v in self.quotas.items() if k in cat.DEFAULT_PROJECT_QUOTAS})
+            self._project_quotas[project] = limits
+        return self._project_quotas[project]
 
     def _charges(self, project: str, zone: str, plan: InstancePlan) -> dict[str, float]:
         limits = self._rlimits(project, cat.ZONE_REGION[zone])

@@ -3,7 +3,8 @@
 Supported: `field = value`, `!=`, `>`, `>=`, `<`, `<=`, `field:value` / `field:*` (has),
 `field eq regex` / `field ne regex`, nested fields (`labels.team`, `scheduling.preemptible`),
 `*` wildcards in values, quoted values, parentheses, NOT / `-`, and terms joined by
-whitespace or AND (and binding tighter than OR).
+whitespace or AND (and binding tighter than OR). As in Compute Engine, several expressions
+must each be in parentheses: `(a = 1) (b = 2)`; `a = 1 b = 2` is refused.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class _Parser:
     def __init__(self, text: str):
         self.text = text
         self.pos = 0
+        self.bare = False  # the last term parsed was a comparison without parentheses
 
     def skip_ws(self) -> None:
         while self.pos < len(self.text) and self.text[self.pos].isspace():
@@ -53,18 +55,33 @@ class _Parser:
 
     def expr(self) -> Predicate:
         terms = [self.and_expr()]
+        bare = self.bare
         while self.peek_word() == "OR":
             self.pos += 2
             terms.append(self.and_expr())
+            bare = bare or self.bare
+        self._refuse_bare(len(terms), bare)
         return terms[0] if len(terms) == 1 else (lambda r: any(t(r) for t in terms))
 
     def and_expr(self) -> Predicate:
         terms = [self.unary()]
+        bare = self.bare
         while not self.at_end() and self.peek_word() != "OR":
             if self.peek_word() == "AND":
                 self.pos += 3
             terms.append(self.unary())
+            bare = bare or self.bare
+        self._refuse_bare(len(terms), bare)
+        self.bare = bare and len(terms) == 1
         return terms[0] if len(terms) == 1 else (lambda r: all(t(r) for t in terms))
+
+    @staticmethod
+    def _refuse_bare(count: int, bare: bool) -> None:
+        if count > 1 and bare:
+            raise FilterError(
+                "Invalid list filter expression: with several expressions, put each in parentheses, "
+                'e.g. (labels.team = "a") (status = RUNNING)'
+            )
 
     def unary(self) -> Predicate:
         self.skip_ws()
@@ -76,7 +93,8 @@ class _Parser:
             self.pos += 1
             negate = True
         self.skip_ws()
-        if self.text.startswith("(", self.pos):
+        paren = self.text.startswith("(", self.pos)
+        if paren:
             self.pos += 1
             inner = self.expr()
             self.skip_ws()
@@ -85,6 +103,7 @@ class _Parser:
             self.pos += 1
         else:
             inner = self.comparison()
+        self.bare = not paren
         return (lambda r: not inner(r)) if negate else inner
 
     def comparison(self) -> Predicate:

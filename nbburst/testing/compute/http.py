@@ -1,4 +1,5 @@
-"""HTTP front of the Compute emulator: `/compute/v1/...` as the real REST clients call it, and the
+"""HTTP front of the Compute emulator: `/compute/v1/...` as the real REST clients call it, the Cloud
+Billing Catalog stand-in (`/v1/services/{service}/skus`, :mod:`nbburst.testing.compute.billing`), and the
 `/emulator/...` test controls for other processes.
 
 Control endpoints (JSON bodies, all optional fields):
@@ -6,16 +7,22 @@ Control endpoints (JSON bodies, all optional fields):
     GET  /emulator/instances                             {"instances": [state and process info]}
     POST /emulator/projects/P/zones/Z/instances/N/preempt      {"grace": 1.0, "wait": false}
     POST /emulator/projects/P/zones/Z/instances/N/maintenance  {"wait": false}
-    POST /emulator/projects/P/zones/Z/instances/N/poweroff     {"reboot": false}
+    POST /emulator/projects/P/zones/Z/instances/N/poweroff     {"reboot": false, "boot": 3}
     POST /emulator/zones/Z/capacity                      {"available": false, "machineTypes": ["n2-"]}
     POST /emulator/quotas                                {"metric": "CPUS", "limit": 8, "region": ...}
     POST /emulator/images                                {"project", "name", "family", "diskSizeGb"}
+
+Every request is kept in the emulator's ``request_log`` (method, path, query, JSON body and the
+``x-goog-api-client`` header of Google's client libraries) and, when $NBBURST_COMPUTE_REQUEST_LOG
+names a file, appended to it as a line of JSON, so :mod:`nbburst.testing.discovery` can check
+what clients sent against Google's description of the API.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -284,6 +291,12 @@ def _delete_operation(emu, a, q, b):
     return {}
 
 
+# ---- Cloud Billing Catalog API (the stand-in) -----------------------------------------------------
+@route("GET", r"/v1/services/(?P<service>[^/]+)/skus")
+def _skus(emu, a, q, b):
+    return emu.billing.list_skus(a["service"], q)
+
+
 # ---- test controls --------------------------------------------------------------------------------
 @route("GET", r"/emulator/info")
 def _info(emu, a, q, b):
@@ -325,7 +338,7 @@ def _control_maintenance(emu, a, q, b):
 
 @route("POST", _E + r"/poweroff")
 def _control_poweroff(emu, a, q, b):
-    emu.poweroff(a["name"], zone=a["zone"], project=a["project"], reboot=bool(b.get("reboot")))
+    emu.poweroff(a["name"], zone=a["zone"], project=a["project"], reboot=bool(b.get("reboot")), boot=b.get("boot"))
     return {"ok": True}
 
 
@@ -353,6 +366,26 @@ def _control_images(emu, a, q, b):
 
 
 # ---- server ---------------------------------------------------------------------------------------
+REQUEST_LOG_ENV = "NBBURST_COMPUTE_REQUEST_LOG"
+"""Name of a file to which every emulator appends each request it receives, as a line of JSON."""
+
+
+def _record(emu, method: str, path: str, query: dict, body, client: str) -> None:
+    """Keep a request in ``emu.request_log`` and, when $NBBURST_COMPUTE_REQUEST_LOG names a file, append it there.
+
+    ``client`` is the ``x-goog-api-client`` header: set by Google's client libraries, empty for others.
+    """
+    entry = {"method": method, "path": path, "query": query, "body": body, "client": client}
+    emu.request_log.append(entry)
+    log_file = os.environ.get(REQUEST_LOG_ENV)
+    if log_file:  # one write per line, appended: lines of several emulators and processes never interleave
+        fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (json.dumps(entry) + "\n").encode())
+        finally:
+            os.close(fd)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_version = "nbburst-compute-emulator"
 
@@ -386,7 +419,7 @@ class _Handler(BaseHTTPRequestHandler):
                 body = json.loads(raw) if raw.strip() else {}
             except ValueError as e:
                 raise ComputeError(400, "parseError", f"Parse Error: {e}") from None
-            emu.request_log.append({"method": method, "path": path, "query": query, "body": body})
+            _record(emu, method, path, query, body, self.headers.get("x-goog-api-client", ""))
             status, payload = 200, self._dispatch(emu, method, path, query, body)
         except ComputeError as e:
             status, payload = e.code, e.payload()

@@ -6,7 +6,9 @@ import base64
 import json
 import logging
 import os
+import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,8 +36,9 @@ reboot = cmd == "reboot" or (cmd == "shutdown" and "-r" in args)
 endpoint, inst = os.environ.get("NBBURST_COMPUTE_ENDPOINT"), os.environ.get("NBBURST_EMULATOR_INSTANCE")
 if not endpoint or not inst:
     sys.exit(f"{cmd}: not running on an emulated instance")
+boot = os.environ.get("NBBURST_EMULATOR_BOOT")  # the boot that asks: a request cannot outlive it
 req = urllib.request.Request(f"{endpoint}/emulator/{inst}/poweroff", method="POST",
-                             data=json.dumps({"reboot": reboot}).encode(),
+                             data=json.dumps({"reboot": reboot, "boot": int(boot) if boot else None}).encode(),
                              headers={"Content-Type": "application/json"})
 urllib.request.urlopen(req, timeout=30).read()
 """
@@ -71,6 +74,109 @@ def write_shims(bin_dir: Path) -> None:
     sudo.chmod(0o755)
 
 
+_NVIDIA_SMI = """\
+#!/bin/sh
+# nvidia-smi of an emulated Compute Engine instance whose image has an NVIDIA driver.
+case " $* " in
+  *" -L "*|*" --list-gpus "*) cat <<'EOF'
+{listing}
+EOF
+  ;;
+  *) cat <<'EOF'
+NVIDIA-SMI (emulated)    Driver Version: 580.95.05    CUDA Version: 12.9
+{table}
+EOF
+  ;;
+esac
+"""
+
+
+def write_nvidia_smi(bin_dir: Path, gpus: list[str]) -> None:
+    """An ``nvidia-smi`` in ``bin_dir`` that answers as a working driver does on a machine with ``gpus``
+    (their descriptions): ``-L`` lists them, anything else prints a short table of them."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    listing = "\n".join(f"GPU {i}: {name} (UUID: GPU-{i:08d}-emulated)" for i, name in enumerate(gpus))
+    table = "\n".join(f"|   {i}  {name:<40} Off |" for i, name in enumerate(gpus))
+    path = bin_dir / "nvidia-smi"
+    path.write_text(_NVIDIA_SMI.format(listing=listing, table=table))
+    path.chmod(0o755)
+
+
+_OTHER_PYTHON = """\
+# python3 of an emulated stock image whose Python is another minor version than this machine's: this
+# machine's Python without site-packages (run with -E -s -S), saying it is that version, enough to run a
+# program (python3 FILE ARGS, -c CODE, -m MODULE) as the image's python3 would.
+import collections, os, runpy, sys
+
+major, minor = __VERSION__
+sys.version_info = collections.namedtuple("version_info", "major minor micro releaselevel serial")(
+    major, minor, 0, "final", 0
+)
+sys.version = f"{major}.{minor}.0 " + sys.version.partition(" ")[2]
+args = sys.argv[1:]
+if not args:
+    sys.exit("this emulated python3 runs programs, not an interactive session")
+if args[0] in ("-V", "--version"):
+    print(f"Python {major}.{minor}.0")
+elif args[0] == "-c":
+    sys.argv = ["-c", *args[2:]]
+    exec(compile(args[1], "<string>", "exec"), {"__name__": "__main__"})
+elif args[0] == "-m":
+    sys.argv = [args[1], *args[2:]]
+    runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+else:
+    sys.argv = args
+    sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
+    runpy.run_path(args[0], run_name="__main__")
+"""
+_SYSTEM_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+#: Programs a stock image does not have (this machine's Pythons and package tools, its GPU driver).
+_NOT_STOCK = re.compile(r"^(python|pip|pydoc|idle|2to3|easy_install|virtualenv|uv|uvx|conda|pyenv|nvidia-)")
+
+
+def stock_path(root: Path, python: str) -> list[str]:
+    """The PATH of an instance of a stock image whose system Python is ``python`` (``3.12``), made once under
+    ``root``: a ``python3`` (and ``pythonX.Y``) with nothing but the standard library, this machine's Python run
+    without any site-packages (``-E -s -S``) and, when ``python`` is another minor version, saying it is that one; then this machine's
+    system programs except its other Pythons, package tools (uv, pip) and GPU driver, as links."""
+    host = os.path.realpath(sys.executable)
+    own = root / f"python-{python}"
+    if not (own / "python3").exists():
+        own.mkdir(parents=True, exist_ok=True)
+        here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        if python == here:
+            body = f'exec "{host}" -E -s -S "$@"\n'
+        else:
+            program = own / "python3.py"
+            program.write_text(_OTHER_PYTHON.replace("__VERSION__", ", ".join(python.split(".")[:2])))
+            body = f'exec "{host}" -E -s -S "{program}" "$@"\n'
+        shim = own / "python3.tmp"
+        shim.write_text(f"#!/bin/sh\n# python3 of an emulated stock image (Python {python})\n{body}")
+        shim.chmod(0o755)
+        (own / f"python{python}").unlink(missing_ok=True)
+        (own / f"python{python}").symlink_to("python3")
+        shim.replace(own / "python3")
+    tools = root / "tools"
+    if not tools.exists():
+        staging = root / f"tools.{os.getpid()}.{threading.get_ident()}"
+        staging.mkdir(parents=True, exist_ok=True)
+        for folder in _SYSTEM_DIRS:
+            try:
+                entries = sorted(os.listdir(folder))
+            except OSError:
+                continue
+            for entry in entries:
+                path = os.path.join(folder, entry)
+                if _NOT_STOCK.match(entry) or (staging / entry).exists() or not os.access(path, os.X_OK):
+                    continue
+                (staging / entry).symlink_to(path)
+        try:
+            staging.rename(tools)
+        except OSError:  # another instance made it first
+            shutil.rmtree(staging, ignore_errors=True)
+    return [str(own), str(tools)]
+
+
 class Instance:
     def __init__(self, project: str, zone: str, plan: InstancePlan, dir_: Path, emulator_uid: str):
         self.project, self.zone, self.plan = project, zone, plan
@@ -101,6 +207,19 @@ class Instance:
     @property
     def path(self) -> str:
         return f"projects/{self.project}/zones/{self.zone}/instances/{self.name}"
+
+    def gpus(self) -> list[str]:
+        """Descriptions of the instance's GPUs, attached or built into its machine type, one per card."""
+        counts = dict(self.plan.accelerators)
+        machine = self.plan.machine
+        if machine.accelerator:
+            counts[machine.accelerator] = counts.get(machine.accelerator, 0) + machine.accelerator_count
+        return [cat.ACCELERATORS[name].description for name, n in counts.items() for _ in range(n)]
+
+    @property
+    def nvidia_driver(self) -> bool:
+        """Whether the instance's boot image has a working NVIDIA driver."""
+        return bool(self.plan.image and self.plan.image.nvidia_driver)
 
     def attribute(self, key: str) -> str | None:
         for item in self.resource["metadata"]["items"]:

@@ -16,7 +16,7 @@ import threading
 import time
 
 from nbburst.testing.compute import catalog as cat
-from nbburst.testing.compute.instance import Instance
+from nbburst.testing.compute.instance import Instance, stock_path, write_nvidia_smi
 
 log = logging.getLogger("nbburst.testing")
 
@@ -175,9 +175,9 @@ class LifecycleMixin:
             if done:
                 done.set()
 
-    def _run_guest_off(self, inst: Instance, reboot: bool) -> None:
+    def _run_guest_off(self, inst: Instance, reboot: bool, boot: int | None = None) -> None:
         with inst.transition:
-            if inst.deleted or inst.status != "RUNNING":
+            if inst.deleted or inst.status != "RUNNING" or (boot is not None and boot != inst.boots):
                 return
             self._power_down(inst, self.stop_grace, "guest OS reboot" if reboot else "guest OS poweroff")
             with self._lock:
@@ -271,11 +271,30 @@ class LifecycleMixin:
             {
                 "NBBURST_COMPUTE_ENDPOINT": self.endpoint,
                 "NBBURST_EMULATOR_INSTANCE": inst.path,
+                "NBBURST_EMULATOR_BOOT": str(inst.boots),
                 "HOSTNAME": inst.name,
-                "PATH": os.pathsep.join([str(self._bin), os.path.dirname(sys.executable), env.get("PATH", os.defpath)]),
+                "PATH": os.pathsep.join(self._instance_path(inst, env.get("PATH", os.defpath))),
             }
         )
+        if inst.plan.image is not None and inst.plan.image.python:  # a stock image: nothing of this machine's Pythons
+            for var in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE"):
+                env.pop(var, None)
         return env
+
+    def _instance_path(self, inst: Instance, host_path: str) -> list[str]:
+        """The instance's PATH: its own ``nvidia-smi`` when it has GPUs and its image a driver, the emulator's
+        shims, this Python, then the host's PATH without any folder holding the host's ``nvidia-smi`` (an
+        instance without a driver has none, whatever this machine has). On a stock image, after the shims, only
+        the image's own python3 and this machine's system programs (:func:`stock_path`)."""
+        own = []
+        gpus = inst.gpus()
+        if gpus and inst.nvidia_driver:
+            write_nvidia_smi(inst.dir / "bin", gpus)
+            own.append(str(inst.dir / "bin"))
+        if inst.plan.image is not None and inst.plan.image.python:
+            return [*own, str(self._bin), *stock_path(self.base_dir / "stock", inst.plan.image.python)]
+        host = [d for d in host_path.split(os.pathsep) if d and not os.path.exists(os.path.join(d, "nvidia-smi"))]
+        return [*own, str(self._bin), os.path.dirname(sys.executable), *host]
 
     def _spawn(self, fn, *args) -> None:
         def run():

@@ -196,12 +196,11 @@ def plan_instance(project: str, zone: str, body: dict, images, next_ip: str) -> 
             ]
         nics.append(out)
 
-    number = cat.project_number(project)
     accounts = []
     for sa in body.get("serviceAccounts") or []:
         email = sa.get("email") or "default"
         if email == "default":
-            email = f"{number}-compute@developer.gserviceaccount.com"
+            email = cat.default_service_account(project)
         accounts.append({"email": email, "scopes": list(sa.get("scopes") or [])})
 
     resource = {

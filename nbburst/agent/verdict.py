@@ -1,0 +1,62 @@
+"""The cell's verdict, handed from the runner to the controller: the runner never commits anything itself.
+
+The runner writes what the cell gave back (its values, or the exception it
+raised) to a file of the attempt on the machine's disk, atomically, and exits.
+The controller then checks that its attempt still holds (:mod:`..protocol.fence`)
+and commits the file, sealed to its place and create-only, as ``result.pkl`` or
+``error.pkl``. So a runner whose controller is gone (``kill -9``, a machine
+going away) commits nothing, and an infrastructure failure (a broken pipe to a
+dead controller) is never signed as the cell's error.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from ..protocol import sealed
+from ..protocol.folder import JobFolder
+from ..store import AlreadyExists
+
+RESULT, ERROR = "result", "error"
+
+
+class Handoff:
+    """The folder where one attempt's runner leaves its verdict for the controller."""
+
+    def __init__(self, folder: str | os.PathLike[str]):
+        self.folder = Path(folder)
+
+    def clear(self) -> None:
+        """Start empty: a verdict left by an earlier attempt on this disk is not this attempt's."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def hand_over(self, kind: str, data: bytes | memoryview) -> None:
+        """In the runner: leave the verdict ``kind`` (:data:`RESULT` or :data:`ERROR`), complete or not at all."""
+        tmp = self.folder / f".{kind}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.folder / kind)
+
+    def taken(self) -> tuple[str, Path] | None:
+        """In the controller, once the runner has exited: the verdict it left, if any."""
+        for kind in (RESULT, ERROR):
+            path = self.folder / kind
+            if path.is_file():
+                return kind, path
+        return None
+
+
+def commit(folder: JobFolder, kind: str, path: Path) -> None:
+    """Upload a verdict file as the job's ``result.pkl`` or ``error.pkl``: sealed to its place, create-only
+    (one written by another attempt first stands: a cell's outcome is the cell's, whichever attempt ran it)."""
+    key = folder.layout.result if kind == RESULT else folder.layout.error
+    chunks = sealed.seal_file(folder.key, folder.job_id, folder.place(key), path, 0)
+    try:
+        folder.store.put_chunks(key, chunks, create=True)
+    except AlreadyExists:
+        pass

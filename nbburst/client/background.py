@@ -1,0 +1,138 @@
+"""Starting and stopping the background supervisor of a Store (its program is :mod:`.daemon`).
+
+A submission whose machines only this computer can relaunch calls :func:`ensure`:
+it starts ``python -m nbburst.client.daemon`` detached, in a session of its own,
+unless one already holds the lock ``<state>/supervise/<hash of the Store URL>.lock``.
+The daemon writes its pid there and holds the lock (``flock``) while it lives,
+so the lock also tells who to stop (:func:`stop`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from .. import config
+from ..store.base import elapsed
+
+STOP_SECONDS = 10.0
+
+
+def lock_path(settings: config.NBBurst, store_url: str) -> Path:
+    """The lock (and pid) file of the background supervisor of ``store_url``."""
+    digest = hashlib.sha256(store_url.encode()).hexdigest()[:16]
+    return config.state_dir(settings) / "supervise" / f"{digest}.lock"
+
+
+def running(lock: Path) -> int | None:
+    """The pid of the supervisor holding ``lock``, or None when none holds it."""
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        return int(text) if text.isdigit() else -1
+    else:
+        return None
+    finally:
+        os.close(fd)  # releases the lock if we took it
+
+
+def environment(settings: config.NBBurst, store_url: str) -> dict[str, str]:
+    """This session's effective settings as ``NBBURST_*`` variables, so the daemon sees what it sees."""
+    env = dict(os.environ)
+    for name, entry in config.describe(settings).items():
+        if entry["source"] != "default":
+            value = entry["value"]
+            env[config.ENV_PREFIX + name.upper()] = json.dumps(value) if isinstance(value, dict) else str(value)
+    env[config.ENV_PREFIX + "ROOT"] = store_url
+    env[config.ENV_PREFIX + "STATE_DIR"] = str(config.state_dir(settings))
+    return env
+
+
+def ensure(settings: config.NBBurst, store_url: str) -> int | None:
+    """Start the background supervisor of ``store_url`` unless one runs; returns the pid of a new one."""
+    lock = lock_path(settings, store_url)
+    if running(lock) is not None:
+        return None
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock.with_suffix(".log"), "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nbburst.client.daemon"],
+            env=environment(settings, store_url),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # neither a terminal's Ctrl-C nor the submitter's end reaches it
+            close_fds=True,
+            cwd=str(lock.parent),
+        )
+    threading.Thread(target=proc.wait, daemon=True, name="nbburst-reap-supervisor").start()
+    if running(lock) is None:  # not locked yet: name it, so that a stop right away finds it (see stop)
+        lock.write_text(str(proc.pid))
+    return proc.pid
+
+
+def stop(lock: Path, timeout: float = STOP_SECONDS) -> int | None:
+    """Stop the background supervisor of ``lock`` (SIGTERM, then SIGKILL), also one still starting (named in the
+    lock file, not holding the lock yet); returns its pid, if one ran."""
+    pid = running(lock)
+    if pid is None:
+        pid = _starting(lock)
+    if pid is None or pid <= 0:
+        return None
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return pid
+    end = elapsed() + timeout
+    while _alive(pid) and elapsed() < end:
+        time.sleep(0.05)
+    if _alive(pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return pid
+
+
+def _starting(lock: Path) -> int | None:
+    """The pid written in ``lock`` by :func:`ensure`, if that process is a supervisor still starting."""
+    try:
+        text = lock.read_text().strip()
+        with open(f"/proc/{text}/cmdline", "rb") as f:
+            command = f.read()
+    except (OSError, ValueError):
+        return None
+    return int(text) if text.isdigit() and b"nbburst.client.daemon" in command and _alive(int(text)) else None
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, waiting for its parent to reap it, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return stat[stat.rindex(b")") + 2 :][:1] not in (b"Z", b"X")
+    except (OSError, ValueError):
+        try:
+            os.kill(pid, 0)
+            return True
+        except OSError:
+            return False
+
+
+def stop_all(settings: config.NBBurst) -> list[int]:
+    """Stop every background supervisor of this state folder (whatever its Store); returns their pids."""
+    stopped = (stop(lock) for lock in (config.state_dir(settings) / "supervise").glob("*.lock"))
+    return [pid for pid in stopped if pid is not None]

@@ -1,0 +1,101 @@
+"""A cell as the kernel compiles it: its syntax errors, and the Python its magics run.
+
+A kernel cell is compiled with top-level ``await`` allowed (IPython's autoawait) and
+``return`` or ``yield`` outside a function refused, so a cell is checked the same way
+before anything is launched. IPython turns magics into calls that carry code in strings
+(``%%time`` makes the whole cell ``get_ipython().run_cell_magic('time', '', '...')``):
+the names that code reads and binds are part of the cell's inputs and outputs.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from ..errors import CellSyntaxError
+
+#: Magics that run their code in the user namespace, and the options that take a value.
+PYTHON_MAGICS = {"time": "", "timeit": "nrp", "prun": "lrsTD", "capture": "", "debug": ""}
+#: Magics that bind a name given on their line: %%capture NAME.
+_BINDING_MAGICS = {"capture"}
+#: Calls through which a cell binds names no syntax tree shows.
+_DYNAMIC_CALLS = {"exec", "eval", "globals", "vars", "locals"}
+
+
+def check_syntax(code: str, where: str = "the cell", first_line: int = 1) -> None:
+    """Refuse ``code`` as the kernel would: a :class:`CellSyntaxError` naming the line, counted from
+    ``first_line`` (2 when the cell's first line is ``%%burst``)."""
+    try:
+        compile(code, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    except SyntaxError as exc:
+        lines = code.splitlines()
+        text = exc.text or (lines[exc.lineno - 1] if exc.lineno and exc.lineno <= len(lines) else "")
+        lineno = (exc.lineno or 1) + first_line - 1
+        raise CellSyntaxError(exc.msg, where, lineno, text.rstrip("\n"), exc.offset or 0) from None
+
+
+@dataclass
+class Embedded:
+    """Code that a magic in the cell runs, and the names the magic itself binds."""
+
+    code: list[str]
+    binds: list[str]
+
+
+def _magic_call(node: ast.AST) -> tuple[str, list[str]] | None:
+    """(magic name, its string arguments) of ``get_ipython().run_line_magic/run_cell_magic(...)``."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return None
+    owner = node.func.value
+    if node.func.attr not in ("run_line_magic", "run_cell_magic") or not (
+        isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "get_ipython"
+    ):
+        return None
+    args = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    return (args[0], args[1:]) if len(args) == len(node.args) and args else None
+
+
+def embedded(tree: ast.AST) -> Embedded:
+    """The Python the cell's magics run in the user namespace, and the names they bind."""
+    found = Embedded([], [])
+    for node in ast.walk(tree):
+        call = _magic_call(node)
+        if call is None or call[0] not in PYTHON_MAGICS:
+            continue
+        name, (line, *body) = call
+        code = body[0] if body else _python_after_options(line, PYTHON_MAGICS[name])
+        if code.strip():
+            found.code.append(_transformed(code))
+        if name in _BINDING_MAGICS:
+            found.binds += [w for w in line.split() if not w.startswith("-")][:1]
+    return found
+
+
+def dynamic(tree: ast.AST) -> bool:
+    """Whether the cell may bind names its syntax does not show (star imports, exec, other magics)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _DYNAMIC_CALLS:
+            return True
+        call = _magic_call(node)
+        if call is not None and call[0] not in PYTHON_MAGICS:
+            return True
+    return False
+
+
+def _python_after_options(line: str, valued: str) -> str:
+    """The statement of a line magic such as ``%timeit -n 10 f(x)``: what follows its options."""
+    rest = line.strip()
+    while rest.startswith("-"):
+        option, _, rest = rest.partition(" ")
+        if len(option) == 2 and option[1] in valued:
+            _, _, rest = rest.lstrip().partition(" ")
+        rest = rest.lstrip()
+    return rest
+
+
+def _transformed(code: str) -> str:
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return TransformerManager().transform_cell(code)

@@ -1,0 +1,69 @@
+"""The programs a Compute Engine VM runs: real files shipped with nbburst, read here and never imported.
+
+A VM receives its programs as instance metadata, each one bash script (``startup-script``,
+``shutdown-script``). :func:`script` assembles one from the files of this folder:
+
+* ``prelude.sh``, what every script starts with: ``say`` (serial-console lines), ``power_off``,
+  ``vm_base`` (nbburst's folder on the boot disk: ``/var/lib/nbburst``; under the emulator, the
+  instance's disk folder) and ``vm_env`` (uv, its cache and its Pythons under that folder);
+* a ``write_programs FOLDER`` function that writes the script's Python programs there (the script calls
+  it, then runs them from ``BASE/vm``). They run before nbburst is on the VM, with the image's own Python
+  (any version) and nothing but its standard library and the image's standard tools: the bucket through
+  Cloud Storage's JSON API with the VM's token, packages with uv, which they fetch from the package index
+  when the image has none. ``vmlib.py`` holds what they share;
+* the script's own body.
+
+The scripts are the same for every job: what differs (the job URL, the key, the attempt) is read from
+the instance's metadata attributes, so a restarted VM picks up the new attempt without new scripts.
+
+A job's VM, on every boot (``startup.sh``): ``bootstrap.py`` reads the job's signed
+``dist/manifest.json``, checks its HMAC with the job key from the metadata server, and makes the venv on
+the disk hold the notebook's environment and the client's nbburst wheel (on a stock image: the notebook's
+Python minor version from uv, the stored environment of ``ROOT/envs/`` the manifest names, then the
+notebook's versions of what is still missing; nothing when the venv is there already: a restart, or an
+image baked by ``nbburst image build``); then ``python -m nbburst.agent JOB_URL`` runs the job, and the
+agent deletes the VM when the job ends. Whatever happens, the script powers the VM off at the end, so a
+broken boot never idles: the client then shows the serial console tail and deletes the VM. On shutdown
+(``shutdown.sh``, best effort: spot VMs have 30 s) ``python -m nbburst.agent.gce shutdown`` marks the
+attempt PREEMPTED if the agent could not.
+
+An image builder (``build.sh``): ``bake.py`` makes the venv as the bootstrap does on a stock image and
+installs the notebook's packages and the wheel into it (see :mod:`nbburst.machines.gce.image`).
+
+Each step prints ``<script>: <step> t=<epoch>`` to the serial console: the client reads how a boot
+ended from these lines, and bench/launch.py the boot's timeline.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+
+def read(name: str) -> str:
+    """The text of the file ``name`` of this folder."""
+    return files(__name__).joinpath(name).read_text()
+
+
+def programs_writer(*programs: str) -> str:
+    """A bash function ``write_programs FOLDER`` that writes these files of this folder into FOLDER."""
+    writes = []
+    for name in programs:
+        end = "NBBURST_" + name.replace(".", "_").upper()
+        writes.append(f"  cat > \"$1/{name}\" <<'{end}' || return 1\n{read(name).rstrip()}\n{end}\n")
+    return 'write_programs() {  # FOLDER\n  mkdir -p "$1" || return 1\n' + "".join(writes) + "}\n"
+
+
+def script(body: str, *programs: str) -> str:
+    """A script of the VM: ``prelude.sh``, then (with ``programs``) :func:`programs_writer`, then ``body``."""
+    parts = [read("prelude.sh"), programs_writer(*programs) if programs else "", read(body)]
+    return "\n".join(part for part in parts if part)
+
+
+def startup_script() -> str:
+    """The ``startup-script`` of a job's VM."""
+    return script("startup.sh", "vmlib.py", "bootstrap.py")
+
+
+def shutdown_script() -> str:
+    """The ``shutdown-script`` of a job's VM."""
+    return script("shutdown.sh")

@@ -1,0 +1,503 @@
+"""Named values between the kernel and the machine, landing as if the cell had run where they land.
+
+Three things a plain ``pickle.loads`` gets wrong for a notebook:
+
+* **Functions see the live namespace.** cloudpickle copies the globals a
+  notebook function uses into a fresh dict, so ``def f(): return later + 1``
+  never sees a ``later`` assigned afterwards. Here a function (or method) of
+  ``__main__`` is rebuilt with the namespace it lands in as its globals (the
+  cell's on the machine, the kernel's afterwards); the values it carried only
+  fill names that namespace lacks.
+* **Changes made in place come back in place.** The machine sends back an
+  input the cell mutated (a fitted estimator, an appended list) so that it
+  *updates the kernel's object* (other references see the change, as they
+  would have), and an input it did not change as a reference to the kernel's
+  object instead of its bytes.
+* **One bad value costs nothing else.** All values are pickled by one pickler,
+  one after the other, so objects they share stay shared; each is unpickled on
+  its own, inside frames whose globals are the namespace (formula libraries
+  such as patsy rebuild their models by evaluating names in the caller's
+  frames), and a value that fails is reported by name while the others arrive.
+"""
+
+from __future__ import annotations
+
+import builtins
+import copyreg
+import functools
+import io
+import pickle
+import re
+import types
+from collections import ChainMap
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+
+from . import payload
+
+#: The name under which a cell's last value (its ``Out``) travels among its variables.
+LAST = "<last>"
+#: Types whose values never change in place: never fingerprinted, never sent back by reference.
+IMMUTABLE = (int, float, complex, bool, str, bytes, type(None), range)
+_IDENTIFIER = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+_CLOUDPICKLE = "cloudpickle.cloudpickle"
+_FRAMES = 4  # how many frames up from an object's __setstate__ look like the notebook's own
+_CALL = compile("__nbburst_call__()", "<nbburst: unpickling>", "eval")
+
+
+def names_in(text: str) -> list[str]:
+    """The names a string may look up when evaluated (``"y ~ np.log(x)"``: y, np, x)."""
+    return _IDENTIFIER.findall(text)
+
+
+def _is_main_function(obj: Any) -> bool:
+    return isinstance(obj, types.FunctionType) and obj.__globals__.get("__name__") == "__main__"
+
+
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle's pickler that can refer to the target's objects by name, or ignore globals for fingerprints.
+
+    ``refs``: id -> name of objects the target namespace already holds (unchanged inputs).
+    ``adopt``: id -> name of objects to update in the target's object of that name (changed inputs).
+    ``formulas``: collects the names that the formulas (strings with a ``~``) it pickles mention: a
+    statsmodels model re-evaluates its formula when it is unpickled.
+    """
+
+    def __init__(
+        self,
+        file: Any,
+        buffer_callback: Callable[[Any], Any],
+        refs: dict[int, str] | None = None,
+        adopt: dict[int, str] | None = None,
+        fingerprinting: bool = False,
+        formulas: set[str] | None = None,
+    ):
+        self.refs, self.adopt, self.fingerprinting = refs or {}, dict(adopt or {}), fingerprinting
+        self.formulas = formulas
+        self.emitted: dict[str, int] = {}  # adopted name -> index of the value whose pickle carries its content
+        self.referred: set[str] = set()
+        self.index = 0
+        if self.refs or self.adopt or formulas is not None:
+            self.persistent_id = self._persistent_id
+        super().__init__(file, protocol=5, buffer_callback=buffer_callback)
+
+    def _persistent_id(self, obj: Any) -> Any:
+        if type(obj) is str:
+            if self.formulas is not None and "~" in obj:
+                self.formulas.update(names_in(obj))
+            return None
+        name = self.refs.get(id(obj))
+        if name is not None:
+            self.referred.add(name)
+            return ("ref", name)
+        name = self.adopt.get(id(obj))
+        if name is None:
+            return None
+        if name in self.emitted:
+            return ("same", name)
+        content = _adoptable(obj)
+        if content is None:
+            del self.adopt[id(obj)]  # pickled as a new object, which the target rebinds
+            return None
+        self.emitted[name] = self.index
+        return ("adopt", name, *content)
+
+    def reducer_override(self, obj: Any) -> Any:
+        reduced = super().reducer_override(obj)
+        if self.fingerprinting and _is_main_function(obj) and isinstance(reduced, tuple):
+            # What the function is does not depend on the values of the globals it reads.
+            func, args, (state, slots), *rest = reduced
+            reduced = (func, args, (state, {**slots, "__globals__": {}}), *rest)
+        return reduced
+
+
+_CONTAINERS = {"list": list, "dict": dict, "set": set, "bytearray": bytearray}
+_RNGS = {"generator": "Generator", "randomstate": "RandomState"}  # numpy's random generators
+
+
+def _rng_state(rng: Any) -> dict[str, Any]:
+    return rng.bit_generator.state if type(rng).__name__ == "Generator" else rng.get_state(legacy=False)
+
+
+def _adoptable(obj: Any) -> tuple[str, Any] | None:
+    """(kind, content) from which the target's object can be updated to ``obj``; None if it cannot."""
+    kind = type(obj)
+    if kind in (list, dict, set):
+        return kind.__name__, kind(obj)
+    if kind is bytearray:
+        return "bytearray", bytes(obj)
+    module = kind.__module__ or ""
+    if module.startswith("numpy"):
+        if kind.__name__ == "ndarray":
+            return "array", obj.view()
+        if kind.__name__ in _RNGS.values():
+            return kind.__name__.lower(), _rng_state(obj)
+    try:
+        reduced = obj.__reduce_ex__(5)
+    except Exception:
+        return None
+    if (
+        isinstance(reduced, tuple)
+        and reduced[0] is copyreg.__newobj__
+        and reduced[1] == (kind,)
+        and all(x is None for x in reduced[3:5])
+    ):
+        return "object", (kind, reduced[2] if len(reduced) > 2 else None)
+    return None
+
+
+def _build(obj: Any, state: Any) -> None:
+    """Apply a pickled state to ``obj`` as the unpickler's BUILD does."""
+    setstate = getattr(obj, "__setstate__", None)
+    if setstate is not None:
+        setstate(state)
+        return
+    slots = None
+    if isinstance(state, tuple) and len(state) == 2:
+        state, slots = state
+    if state:
+        obj.__dict__.update(state)
+    for key, value in (slots or {}).items():
+        setattr(obj, key, value)
+
+
+def _update(old: Any, kind: str, content: Any) -> Any:
+    """``old`` updated in place to the content that came back, or a new object where that is impossible."""
+    if kind in _CONTAINERS:
+        cls = _CONTAINERS[kind]
+        if type(old) is not cls:
+            return cls(content)
+        if cls is list or cls is bytearray:
+            old[:] = content
+        else:
+            old.clear()
+            old.update(content)
+        return old
+    if kind == "array":
+        same = type(old) is type(content) and old.shape == content.shape and old.dtype == content.dtype
+        if same and old.flags.writeable:
+            old[...] = content
+            return old
+        return content
+    if kind in _RNGS:
+        import numpy as np
+
+        cls = getattr(np.random, _RNGS[kind])
+        same = type(old) is cls and _rng_state(old)["bit_generator"] == content["bit_generator"]
+        rng = old if same else cls(getattr(np.random, content["bit_generator"])())
+        if kind == "generator":
+            rng.bit_generator.state = content
+        else:
+            rng.set_state(content)
+        return rng
+    cls, state = content
+    if type(old) is not cls:
+        new = cls.__new__(cls)
+        _build(new, state)
+        return new
+    before = dict(old.__dict__) if hasattr(old, "__dict__") else None
+    try:
+        if before is not None:
+            old.__dict__.clear()
+        _build(old, state)
+    except BaseException:
+        if before is not None:
+            old.__dict__.clear()
+            old.__dict__.update(before)
+        raise
+    return old
+
+
+class _Resolving:
+    """What both unpicklers below do: bind ``__main__`` functions to ``target``, resolve references to
+    the target's objects and update them in place."""
+
+    def __init__(self, file: Any, buffers: Any, target: dict[str, Any], adopted: dict[str, Any]):
+        super().__init__(file, buffers=buffers)
+        self.target, self.adopted = target, adopted
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == _CLOUDPICKLE and name == "_make_function":
+            return self._make_function
+        if module == _CLOUDPICKLE and name == "_function_setstate":
+            return self._function_setstate
+        return super().find_class(module, name)
+
+    def _make_function(self, code, base_globals, name, argdefs, closure):  # noqa: ANN001, ANN202 (cloudpickle's)
+        if base_globals.get("__name__") == "__main__":
+            return types.FunctionType(code, self.target, name, argdefs, closure)
+        base_globals["__builtins__"] = builtins.__dict__
+        return types.FunctionType(code, base_globals, name, argdefs, closure)
+
+    def _function_setstate(self, func: types.FunctionType, state: tuple[dict, dict]) -> None:
+        """cloudpickle's ``_function_setstate``, except that carried globals only fill missing names."""
+        attrs, slots = state
+        func.__dict__.update(attrs)
+        carried = slots.pop("__globals__")
+        closure = slots.pop("__closure__")
+        slots.pop("_cloudpickle_submodules", None)  # only held the submodules while they were unpickled
+        if func.__globals__ is self.target:
+            for key, value in carried.items():
+                self.target.setdefault(key, value)
+        else:
+            func.__globals__.update(carried)
+        for i, cell in enumerate(closure or ()):
+            try:
+                func.__closure__[i].cell_contents = cell.cell_contents  # type: ignore[index]
+            except ValueError:  # an empty cell
+                continue
+        for key, value in slots.items():
+            setattr(func, key, value)
+
+    def persistent_load(self, pid: Any) -> Any:
+        kind, name, *content = pid
+        if kind == "same" and name in self.adopted:
+            return self.adopted[name]
+        if name not in self.target and kind != "adopt":
+            raise pickle.UnpicklingError(f"it refers to {name!r}, which this namespace does not have")
+        if kind in ("ref", "same"):
+            return self.target[name]
+        self.adopted[name] = value = _update(self.target.get(name), *content)
+        return value
+
+
+class _Unpickler(_Resolving, pickle.Unpickler):
+    """The fast (C) unpickler."""
+
+
+class _Retry(_Resolving, pickle._Unpickler):  # type: ignore[name-defined]
+    """The pure-Python unpickler, run again on a value that failed: its stacks show which objects were
+    half built when it failed, the only ones later values must not be given."""
+
+    def safe_memo(self) -> dict[int, Any]:
+        """After a failed load: the memo without the objects it left half built."""
+        half = {id(x) for x in self.stack} | {id(x) for stack in self.metastack for x in stack}
+        return {k: v for k, v in self.memo.items() if id(v) not in half}
+
+
+def _in_user_frames(call: Callable[[], Any], target: dict[str, Any], names: dict[str, Any]) -> Any:
+    """``call()`` below a few frames whose globals are ``target`` and whose locals are ``names``."""
+    for _ in range(_FRAMES):
+        call = functools.partial(eval, _CALL, target, ChainMap({"__nbburst_call__": call}, names))
+    return call()
+
+
+# -- inputs: a blob each ----------------------------------------------------------------------------
+
+
+def encode_inputs(
+    values: dict[str, Any], optional: Collection[str] = (), namespace: dict[str, Any] | None = None
+) -> tuple[dict[str, payload.Encoded], dict[str, Exception]]:
+    """Each input as a blob of its own (content-addressed: an unchanged one is not uploaded again), an
+    input that another one holds as a reference to it, so that they are one object on the machine too
+    (``d = {"inner": lst}``). Returns the blobs, each after the ones it refers to, and the inputs that
+    could not be pickled (``optional`` ones are never referred to: they may be left out).
+
+    What ``namespace`` holds under a name that a formula inside an input mentions travels too, as an
+    optional input: the formula is evaluated again where the input is unpickled."""
+    values, optional = dict(values), set(optional)
+    holdable = {n: v for n, v in values.items() if n not in optional and not isinstance(v, IMMUTABLE)}
+    refers: dict[str, set[str]] = {}
+    encoded: dict[str, payload.Encoded] = {}
+    failed: dict[str, Exception] = {}
+    pending = list(values)  # grows with what formulas mention
+    while pending:
+        name = pending.pop(0)
+        value = values[name]
+        blocked = _reaching(name, refers)  # they refer to this one already: referring back would be a cycle
+        refs = {id(v): n for n, v in holdable.items() if n != name and n not in blocked}
+        out = io.BytesIO()
+        buffers: list[pickle.PickleBuffer] = []
+        mentioned: set[str] = set()
+        pickler = _Pickler(out, buffers.append, refs, formulas=mentioned)
+        try:
+            with payload.user_modules_by_value(value):
+                pickler.dump(value)
+        except Exception as exc:
+            failed[name] = exc
+            continue
+        mentioned &= set(namespace or ()) - {name}
+        refers[name] = pickler.referred | mentioned  # loaded before it on the machine
+        encoded[name] = payload.assemble([(out.getbuffer(), [b.raw() for b in buffers])])
+        for found in sorted(mentioned - set(values)):
+            values[found] = namespace[found]  # type: ignore[index]
+            optional.add(found)
+            pending.append(found)
+    order: dict[str, None] = {}
+    visiting: set[str] = set()
+
+    def visit(name: str) -> None:
+        visiting.add(name)
+        for dependency in sorted(refers[name]):
+            if dependency in encoded and dependency not in order and dependency not in visiting:
+                visit(dependency)
+        order[name] = None
+
+    for name in encoded:
+        if name not in order:
+            visit(name)
+    return {name: encoded[name] for name in order}, failed
+
+
+def _reaching(name: str, refers: dict[str, set[str]]) -> set[str]:
+    """The inputs that refer to ``name``, directly or through others."""
+    found: set[str] = set()
+    frontier = {name}
+    while frontier:
+        frontier = {n for n, targets in refers.items() if targets & frontier and n not in found}
+        found |= frontier
+    return found
+
+
+# -- one value ------------------------------------------------------------------------------------
+
+
+def load_value(data: bytes | bytearray | memoryview, target: dict[str, Any]) -> Any:
+    """Unpickle a one-value blob (:func:`payload.encode`) into ``target``."""
+    blob = payload.Blob.parse(data)
+    unpickler = _Unpickler(io.BytesIO(blob.bodies[0]), blob.buffers[0], target, {})
+    return _in_user_frames(unpickler.load, target, {})
+
+
+def fingerprint(value: Any) -> str | None:
+    """Content fingerprint of ``value`` (xxh3 of its pickle); None for values that cannot change in place."""
+    if isinstance(value, (*IMMUTABLE, types.ModuleType)):
+        return None
+    buffers: list[pickle.PickleBuffer] = []
+    out = io.BytesIO()
+    try:
+        _Pickler(out, buffers.append, fingerprinting=True).dump(value)
+    except Exception:
+        return None  # cannot be pickled: cannot come back either
+    return payload.fingerprint([out.getbuffer(), *(b.raw() for b in buffers)])
+
+
+# -- many values ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Loaded:
+    """What a namespace blob gave: its metadata, the values that arrived, and why the others did not."""
+
+    meta: dict[str, Any]
+    values: dict[str, Any] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+class Writer:
+    """Pickles named values one after another into one blob (see the module's docstring).
+
+    Objects two values share are one object when they arrive. A value that
+    fails to pickle is left out and the pickler starts afresh, so that nothing
+    refers to its half-written objects.
+    """
+
+    def __init__(self, refs: dict[int, str] | None = None, adopt: dict[int, str] | None = None):
+        self.out = io.BytesIO()
+        self.buffers: list[pickle.PickleBuffer] = []
+        self.pickler = _Pickler(self.out, self.buffers.append, refs, adopt)
+        self.names: list[str] = []
+        self.spans: list[tuple[int, int]] = []  # (body bytes, buffer count) per value
+        self.resets: list[bool] = []
+        self.markers: list = []
+        self.reset = False
+
+    def add(self, name: str, value: Any) -> str | None:
+        """Pickle ``value`` as ``name``; returns why it could not be, or None."""
+        start, nbuf = self.out.tell(), len(self.buffers)
+        marker: list = []  # memoized first: its memo index marks where this value's objects begin
+        self.pickler.index = len(self.names)
+        try:
+            self.pickler.dump((marker, value))
+        except Exception as exc:
+            self.out.seek(start)
+            self.out.truncate()
+            del self.buffers[nbuf:]
+            self.markers = _memo_indices(self.pickler, self.markers)
+            self.pickler.clear_memo()
+            self.pickler.emitted = {k: i for k, i in self.pickler.emitted.items() if i != len(self.names)}
+            self.reset = True
+            return f"{type(exc).__name__}: {exc}"
+        self.names.append(name)
+        self.spans.append((self.out.tell() - start, len(self.buffers) - nbuf))
+        self.resets.append(self.reset)
+        self.markers.append(marker)
+        self.reset = False
+        return None
+
+    def finish(self, meta: dict[str, Any]) -> payload.Encoded:
+        """The blob: ``meta`` (any picklable dict), then the values."""
+        memo = _memo_indices(self.pickler, self.markers)
+        head = {**meta, "names": self.names, "memo": memo, "resets": self.resets}
+        head_buffers: list[pickle.PickleBuffer] = []
+        head_body = cloudpickle.dumps(head, protocol=5, buffer_callback=head_buffers.append)
+        stream = self.out.getbuffer()
+        bodies = [(memoryview(head_body), [b.raw() for b in head_buffers])]
+        pos = nb = 0
+        for size, count in self.spans:
+            bodies.append((stream[pos : pos + size], [b.raw() for b in self.buffers[nb : nb + count]]))
+            pos, nb = pos + size, nb + count
+        return payload.assemble(bodies)
+
+
+def _memo_indices(pickler: _Pickler, markers: list) -> list:
+    """Replace each marker (a list) by its memo index; indices already found stay."""
+    if not any(isinstance(m, list) for m in markers):
+        return markers
+    memo = pickler.memo.copy()
+    return [memo[id(m)][0] if isinstance(m, list) else m for m in markers]
+
+
+def load_values(data: bytes | bytearray | memoryview, target: dict[str, Any]) -> Loaded:
+    """Unpickle a :class:`Writer`'s blob value by value into ``target`` (which is not modified,
+    except objects updated in place and names that arriving functions need)."""
+    blob = payload.Blob.parse(data)
+    meta = pickle.loads(blob.bodies[0], buffers=blob.buffers[0])
+    loaded = Loaded({k: v for k, v in meta.items() if k not in ("names", "memo", "resets")})
+    names, starts, resets = meta["names"], meta["memo"], meta["resets"]
+    bodies, buffers = blob.bodies[1:], blob.buffers[1:]
+    stream = io.BytesIO(b"".join(bodies))
+    offsets, firsts = [0], [0]
+    for body, bufs in zip(bodies, buffers, strict=True):
+        offsets.append(offsets[-1] + body.nbytes)
+        firsts.append(firsts[-1] + len(bufs))
+    flat = [buf for bufs in buffers for buf in bufs]
+    adopted: dict[str, Any] = {}
+
+    def reader(i: int, memo: dict[int, Any] | None = None) -> _Unpickler | _Retry:
+        """An unpickler at value ``i``: the fast one with a fresh memo or, given a memo (after a failure:
+        the C unpickler cannot take a memo with gaps), the pure-Python one."""
+        stream.seek(offsets[i])
+        if memo is None:
+            return _Unpickler(stream, iter(flat[firsts[i] :]), target, adopted)
+        unpickler = _Retry(stream, iter(flat[firsts[i] :]), target, adopted)
+        unpickler.memo = memo
+        return unpickler
+
+    unpickler = reader(0)
+    for i, name in enumerate(names):
+        if resets[i]:
+            unpickler = reader(i)
+        try:
+            _, value = _in_user_frames(unpickler.load, target, loaded.values)
+        except Exception as exc:
+            if isinstance(unpickler, _Unpickler):  # again in pure Python, to learn what was half built
+                retry = _Retry(io.BytesIO(bodies[i]), iter(buffers[i]), target, adopted)
+                retry.memo = {k: v for k, v in unpickler.memo.copy().items() if k < starts[i]}
+                try:
+                    _, value = _in_user_frames(retry.load, target, loaded.values)
+                except Exception:
+                    unpickler = reader(i + 1, retry.safe_memo())
+                else:  # it worked the second time
+                    unpickler = reader(i + 1, retry.memo)
+                    loaded.values[name] = value
+                    continue
+            else:
+                unpickler = reader(i + 1, unpickler.safe_memo())
+            loaded.failed[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        loaded.values[name] = value
+    return loaded
