@@ -17,7 +17,7 @@ never counted (warnings name files and lines that legitimately differ).
 Use from a test::
 
     from fidelity import check
-    result = check("statsmodels/ols")
+    result = check("statsmodels/glm_formula", control=True)
     assert result.status == "identical", result.describe()
 
 or from a shell: ``python tests/fidelity.py [NAME ...] [--jobs 2] [--timeout S]``.

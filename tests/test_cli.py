@@ -199,6 +199,7 @@ def test_doctor_checks_store_state_and_backend(burst_env, tmp_path):
 
 
 def test_preempt_then_supervise_relaunches(burst):
+    burst.settings.background_supervisor = False  # this test is about `nbburst supervise` relaunching it
     job = burst.submit(_sleep, 2, options=burst.options(name="survivor"))
     deadline = time.monotonic() + 20
     while job.state.value != "RUNNING":

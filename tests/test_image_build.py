@@ -23,6 +23,7 @@ from nbburst.protocol.job import State
 from nbburst.ui.cli import main
 
 FAMILY = "nbburst-test-baked"
+STOCK = "projects/debian-cloud/global/images/family/debian-12"
 
 
 @pytest.fixture
@@ -45,8 +46,9 @@ def family_image(emu, family=FAMILY):
 @pytest.mark.compute_emulator(operation_delay=0.02)
 def test_build_an_image_and_boot_a_job_from_it(image_env, compute_emulator, capsys, tmp_path):
     # Bake what the job below needs (this process's environment is too big to bake in a test): the
-    # distributions of the modules loaded once a build has been planned, as requirement lines.
+    # distributions of the modules loaded once a build and a job have been planned, as requirement lines.
     assert main(["image", "build", "--family", FAMILY, "--zone", "us-central1-b", "--dry-run"]) == 0
+    Burst().machines("gce").plan(Burst().options(backend="gce", cores=2, image=STOCK).resources)
     needed = tmp_path / "requirements.txt"
     needed.write_text("".join(f"{n}=={v}\n" for n, v in dist.requirements().items()))
     capsys.readouterr()

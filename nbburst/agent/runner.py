@@ -32,6 +32,10 @@ from .verdict import ERROR, RESULT, Handoff
 EXIT_RESULT, EXIT_ERROR = 0, 1
 
 
+#: What ``__doc__`` is in an IPython kernel's user namespace.
+_KERNEL_DOC = "Automatically created module for IPython interactive environment"
+
+
 def cell_filename(job_id: str) -> str:
     return f"<burst-cell {job_id}>"
 
@@ -86,7 +90,8 @@ def run(
     stop = threading.Event()
     threading.Thread(target=_periodic_c_flush, args=(stop,), daemon=True).start()
     filename = cell_filename(spec.job_id)
-    ns: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    # As in a kernel's user namespace: `print(__doc__)` in a notebook prints IPython's module docstring.
+    ns: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins, "__doc__": _KERNEL_DOC}
     sys.stdout, sys.stderr = ChannelStream(channel, "stdout", 1), ChannelStream(channel, "stderr", 2)
     try:
         shell = start_shell(ns, channel, filename)  # before the inputs: unpickling may import matplotlib

@@ -20,6 +20,8 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
+
 from .. import config
 from ..store.base import elapsed
 
@@ -41,8 +43,8 @@ def running(lock: Path) -> int | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        return int(text) if text.isdigit() else -1
+        text = os.pread(fd, 64, 0).decode(errors="replace").split()
+        return int(text[0]) if text and text[0].isdigit() else -1
     else:
         return None
     finally:
@@ -80,7 +82,7 @@ def ensure(settings: config.NBBurst, store_url: str) -> int | None:
         )
     threading.Thread(target=proc.wait, daemon=True, name="nbburst-reap-supervisor").start()
     if running(lock) is None:  # not locked yet: name it, so that a stop right away finds it (see stop)
-        lock.write_text(str(proc.pid))
+        lock.write_text(f"{proc.pid} {psutil.Process(proc.pid).create_time()}")
     return proc.pid
 
 
@@ -108,28 +110,20 @@ def stop(lock: Path, timeout: float = STOP_SECONDS) -> int | None:
 
 
 def _starting(lock: Path) -> int | None:
-    """The pid written in ``lock`` by :func:`ensure`, if that process is a supervisor still starting."""
+    """The supervisor :func:`ensure` started and named in ``lock`` (pid and start time), if it still runs."""
     try:
-        text = lock.read_text().strip()
-        with open(f"/proc/{text}/cmdline", "rb") as f:
-            command = f.read()
-    except (OSError, ValueError):
+        pid, started = lock.read_text().split()
+        return int(pid) if psutil.Process(int(pid)).create_time() == float(started) and _alive(int(pid)) else None
+    except (OSError, ValueError, psutil.Error):
         return None
-    return int(text) if text.isdigit() and b"nbburst.client.daemon" in command and _alive(int(text)) else None
 
 
 def _alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie, waiting for its parent to reap it, does not)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        return stat[stat.rindex(b")") + 2 :][:1] not in (b"Z", b"X")
-    except (OSError, ValueError):
-        try:
-            os.kill(pid, 0)
-            return True
-        except OSError:
-            return False
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def stop_all(settings: config.NBBurst) -> list[int]:

@@ -56,6 +56,7 @@ class PackageIndex:
         self._names: dict[str, str] = {}  # normalised name -> file name, once built
         self._python: dict[str, Any] | None = None
         self._lock = threading.Lock()
+        self._building: dict[str, threading.Lock] = {}
         self._httpd: ThreadingHTTPServer | None = None
         self.requests: list[tuple[str, bool]] = []
 
@@ -76,13 +77,15 @@ class PackageIndex:
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                if self.command == "GET":
+                    self.wfile.write(body)
+
+            do_HEAD = do_GET  # noqa: N815
 
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", self._port), Handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(("127.0.0.1", self._port), Handler)
         threading.Thread(target=self._httpd.serve_forever, name="nbburst-package-index", daemon=True).start()
         return self
 
@@ -172,10 +175,17 @@ class PackageIndex:
         }
         return version
 
+    def build(self, *names: str) -> None:
+        """Build the wheels of these distributions now, not when first asked for."""
+        for name in names:
+            self._wheel(env.normalise(name))
+
     # -- answers ----------------------------------------------------------------------------------------
     def _wheel(self, name: str) -> str | None:
-        """The file name of the wheel served for ``name``, built the first time."""
+        """The file name of the wheel served for ``name``, built the first time (one build per name at a time)."""
         with self._lock:
+            lock = self._building.setdefault(name, threading.Lock())
+        with lock:
             if name in self._names:
                 return self._names[name]
             source = self._sources.get(name)
@@ -206,6 +216,17 @@ class PackageIndex:
         if len(parts) == 2 and parts[0] == "python" and (self.folder / parts[1]).is_file():
             return "application/gzip", (self.folder / parts[1]).read_bytes()
         return None
+
+
+class _Server(ThreadingHTTPServer):
+    """Many connections at once (an installer opens dozens); a client that hangs up is no error."""
+
+    daemon_threads = True
+    request_queue_size = 256
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def _standalone_python(archive: Path, minor: str) -> None:

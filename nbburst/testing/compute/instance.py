@@ -136,9 +136,10 @@ _NOT_STOCK = re.compile(r"^(python|pip|pydoc|idle|2to3|easy_install|virtualenv|u
 
 def stock_path(root: Path, python: str) -> list[str]:
     """The PATH of an instance of a stock image whose system Python is ``python`` (``3.12``), made once under
-    ``root``: a ``python3`` (and ``pythonX.Y``) with nothing but the standard library, this machine's Python run
-    without any site-packages (``-E -s -S``) and, when ``python`` is another minor version, saying it is that one; then this machine's
-    system programs except its other Pythons, package tools (uv, pip) and GPU driver, as links."""
+    ``root``: a ``python3`` (and ``pythonX.Y``) with nothing but the standard library (this machine's Python run
+    without any site-packages, ``-E -s -S``, and when ``python`` is another minor version, saying it is that
+    one); then this machine's system programs except its other Pythons, package tools (uv, pip) and GPU
+    driver, as links."""
     host = os.path.realpath(sys.executable)
     own = root / f"python-{python}"
     if not (own / "python3").exists():

@@ -191,6 +191,7 @@ def main(base: str) -> None:
         todo = local + ([] if have_wheel == nbburst["sha256"] and ready else [nbburst])
         if not todo:
             return
+        uv = uv or shutil.which("uv")  # the faster installer when there is one, else the venv's pip, else fetch uv
         if uv is None and not has_pip(python):
             uv = uv_binary(base, say)
         install_job_wheels(base, bucket, prefix, todo, uv)

@@ -289,17 +289,19 @@ def uv_install(uv: str, python: str, args: list[str], index: str | None = None, 
 def install_groups(uv: str, python: str, groups: list[dict[str, Any]], have: dict[str, str], wanted: dict[str, str]):
     """Install, without their dependencies, the requirements of ``groups`` (one uv run per package index) that
     ``have`` lacks at the ``wanted`` version; a run that fails is retried one package at a time so one package
-    that cannot be had never blocks the others. ``{name: why}`` of those that did not install."""
+    that cannot be had never blocks the others. Compiled to bytecode, so that neither this VM nor those that
+    unpack the environment later compile at import. ``{name: why}`` of those that did not install."""
     failed: dict[str, str] = {}
     for group in groups:
         todo = [r for r in group["requirements"] if have.get(r["name"]) != wanted.get(r["name"])]
         if not todo:
             continue
-        status, _ = uv_install(uv, python, ["--no-deps"] + [r["requirement"] for r in todo], group.get("index"))
+        args = ["--no-deps", "--compile-bytecode"]
+        status, _ = uv_install(uv, python, args + [r["requirement"] for r in todo], group.get("index"))
         if not status:
             continue
         for req in todo:
-            status, last = uv_install(uv, python, ["--no-deps", req["requirement"]], group.get("index"), quiet=True)
+            status, last = uv_install(uv, python, args + [req["requirement"]], group.get("index"), quiet=True)
             if status:
                 failed[req["name"]] = last or f"uv exit status {status}"
     return failed
@@ -311,7 +313,7 @@ def install_wheels(uv: str | None, python: str, paths: list[str]) -> int:
     if uv is None:
         pip = [python, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", "--quiet"]
         return run(pip + ["--disable-pip-version-check", "--no-warn-script-location"] + paths)
-    return uv_install(uv, python, ["--no-deps", "--no-index", "--reinstall"] + paths)[0]
+    return uv_install(uv, python, ["--no-deps", "--no-index", "--reinstall", "--compile-bytecode"] + paths)[0]
 
 
 def save_wheel(base: str, name: str, data: bytes) -> str:
