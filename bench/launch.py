@@ -129,16 +129,26 @@ def env_run(burst, compute, **options) -> dict[str, float]:
         if job.terminal() is not None:
             break
         time.sleep(0.01)
-    console = compute.serial_output(machine_name(job.id))
+    name, console = machine_name(job.id), ""
+    while True:  # the whole console, until the agent deletes the VM (after storing the environment)
+        try:
+            console = compute.serial_output(name)
+        except Exception:
+            break
+        time.sleep(0.2)
     if job.wait(timeout=300) != State.SUCCEEDED:
         raise RuntimeError(f"the job failed: {job.terminal().reason}")
-    compute.wait_for_status(machine_name(job.id), "DELETED", timeout=300)  # the environment stored first
     begin, agent = stamp(console, "nbburst-startup: begin"), stamp(console, "nbburst-startup: agent starting")
+    steps = [
+        f"    {float(m.group(2)) - begin:6.1f} s  {m.group(1)}"
+        for m in re.finditer(r"^nbburst-(?:startup|envsync): (.*?) t=([0-9.]+)$", console, re.M)
+    ]
     return {
         "boot": begin - inserted,
         "bootstrap": agent - begin,
         "agent": status.started - agent,
         "total": status.started - inserted,
+        "steps": "\n".join(steps),
     }
 
 
@@ -181,6 +191,8 @@ def environments(compute, base: Path) -> None:
             f"{label:<52}"
             + "".join(f"{r[k]:>{w}.1f}" for k, w in (("boot", 8), ("bootstrap", 11), ("agent", 8), ("total", 8)))
         )
+    for label, r in rows.items():
+        print(f"\n{label}, the bootstrap's steps (seconds after it began):\n{r['steps']}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -182,3 +182,53 @@ def test_a_stock_image_has_no_packages_and_its_own_python(compute_emulator):
     assert "Python 3.12.0" in console
     assert "ModuleNotFoundError: No module named 'google'" in console
     assert "no uv" in console
+
+
+def test_an_editable_package_travels_as_a_wheel_of_its_source(tmp_path, monkeypatch):
+    source = tmp_path / "src" / "mylib"
+    source.mkdir(parents=True)
+    (source / "__init__.py").write_text("VALUE = 'edited'\n")
+    (source / "data.txt").write_text("kept\n")
+    site = tmp_path / "site"
+    info = site / "mylib-0.3.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mylib\nVersion: 0.3\n")
+    (info / "direct_url.json").write_text(json.dumps({"url": f"file://{tmp_path}/src", "dir_info": {"editable": True}}))
+    (info / "RECORD").write_text("mylib-0.3.dist-info/METADATA,,\n_mylib.pth,,\n")
+    (site / "_mylib.pth").write_text(str(tmp_path / "src") + "\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    item = env.resolve("mylib", "0.3", env.distributions()["mylib"])
+    assert item == env.Local("mylib", "0.3", "editable")
+    name, data = dist.local_wheel(item)
+    import io
+    import zipfile
+
+    files = zipfile.ZipFile(io.BytesIO(data))
+    assert name == "mylib-0.3-py3-none-any.whl"
+    assert files.read("mylib/__init__.py") == b"VALUE = 'edited'\n" and files.read("mylib/data.txt") == b"kept\n"
+    assert b"Version: 0.3" in files.read("mylib-0.3.dist-info/METADATA")
+
+
+def test_the_stored_environment_to_start_from(tmp_path):
+    from nbburst.store import open_store
+
+    store = open_store(str(tmp_path / "store"))
+    keys = {"b20260101-000000-aaaaaa": b"a" * 32, "b20260101-000000-bbbbbb": b"b" * 32}
+
+    def stored(job, env_hash, packages, size=100, key=None):
+        pending = {"hash": env_hash, "python": "3.11", "platform": "p"}
+        record = envcache.record(key or keys[job], job, pending, packages, "0" * 64, size)
+        store.put(envcache.record_key(env_hash), json.dumps(record).encode())
+
+    stored("b20260101-000000-aaaaaa", "small", {"numpy": "2.0", "tblib": "3.0"}, size=50)
+    stored("b20260101-000000-aaaaaa", "other", {"numpy": "1.26", "tblib": "3.0", "pandas": "2.2"})  # numpy differs
+    stored("b20260101-000000-bbbbbb", "forged", {"numpy": "2.0", "tblib": "3.0", "pandas": "2.2"}, key=b"x" * 32)
+    wanted = {"numpy": "2.0", "tblib": "3.0", "pandas": "2.2"}
+    base = envcache.choose(store, "wanted", "3.11", "p", wanted, keys.get)
+    assert base["hash"] == "small" and not base["complete"]  # 2 of 3 at the wanted versions; the forged one ignored
+    stored("b20260101-000000-bbbbbb", "bigger", {**wanted, "scipy": "1.14"}, size=200)
+    base = envcache.choose(store, "wanted", "3.11", "p", wanted, keys.get)
+    assert base["hash"] == "bigger" and base["complete"] and base["archive"] == "envs/bigger.tar.gz"
+    assert envcache.choose(store, "wanted", "3.12", "p", wanted, keys.get) is None  # another Python
+    assert envcache.choose(store, "wanted", "3.11", "p", wanted, lambda job: None) is None  # keys of nobody here

@@ -93,12 +93,19 @@ class Lease:
         return json.dumps({"holder": self.holder, "seconds": seconds, "expires": expires}).encode()
 
     def current(self) -> tuple[int, dict[str, Any]] | None:
-        for key in reversed(self.store.list(self.prefix)):
-            try:
-                return int(key.rsplit("/", 1)[1].split(".")[0]), json.loads(self.folder.get_record(key))
-            except (NotFound, ValueError):
-                continue
-        return None
+        """The newest lease record. A listed record that vanished was deleted by a newer holder: list again,
+        never fall back to an older one (its successor's number is free again, and would be taken twice)."""
+        while True:
+            for key in reversed(self.store.list(self.prefix)):
+                try:
+                    body = json.loads(self.folder.get_record(key))
+                except NotFound:
+                    break
+                except ValueError:
+                    continue
+                return int(key.rsplit("/", 1)[1].split(".")[0]), body
+            else:
+                return None
 
     @property
     def held(self) -> bool:

@@ -266,11 +266,6 @@ def imported_names(code: str) -> set[str]:
     return names
 
 
-def imported_modules(code: str) -> set[str]:
-    """Top-level modules a cell imports."""
-    return {name.split(".")[0] for name in imported_names(code)}
-
-
 @functools.lru_cache(maxsize=256)
 def _provides(dist_name: str, version: str) -> frozenset[str]:
     """Dotted names of the modules and packages a distribution's files hold."""

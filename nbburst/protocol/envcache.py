@@ -34,7 +34,7 @@ PREFIX = "envs/"
 #: Records read when choosing (the newest environments of a busy bucket are enough).
 MAX_RECORDS = 64
 
-_records: dict[tuple[str, str], dict[str, Any] | None] = {}  # (store URL, key) -> verified record or None
+_records: dict[tuple[str, str], dict[str, Any]] = {}  # (store URL, key) -> the record as read
 _lock = threading.Lock()
 
 
@@ -68,22 +68,20 @@ def record(
 
 
 def _read(store: Store, key: str, key_of: Callable[[str], bytes | None]) -> dict[str, Any] | None:
-    """The record at ``key`` when it verifies under its job's key (read once per process: records never change)."""
+    """The record at ``key`` when it verifies under its job's key (fetched once per process: records never
+    change; checked every time, with whatever keys ``key_of`` has)."""
     cache_key = (store.url, key)
     with _lock:
-        if cache_key in _records:
-            return _records[cache_key]
-    job_key = None
-    try:
-        found = json.loads(store.get(key))
-        job_key = key_of(str(found.get("job", "")))
-        verified = found if job_key is not None and verify_manifest(job_key, found) else None
-    except (NotFound, ValueError, AttributeError):
-        verified = None
-    if verified is not None or job_key is not None:  # an unknown job's record may become readable later: no cache
+        found = _records.get(cache_key)
+    if found is None:
+        try:
+            found = json.loads(store.get(key))
+        except (NotFound, ValueError):
+            return None
         with _lock:
-            _records[cache_key] = verified
-    return verified
+            _records[cache_key] = found
+    job_key = key_of(str(found.get("job", ""))) if isinstance(found, dict) else None
+    return found if job_key is not None and verify_manifest(job_key, found) else None
 
 
 def coverage(found: dict[str, Any], wanted: dict[str, str]) -> int | None:
