@@ -53,14 +53,17 @@ def local_run(work: Path, seed: int) -> Report:
         kill_agents(str(root))
 
 
-def gce_run(work: Path, seed: int, compute, gcs) -> Report:
+def gce_run(work: Path, seed: int, compute, gcs, secrets) -> Report:
     work.mkdir(parents=True)
     bucket = f"nbburst-chaos-{uuid.uuid4().hex[:8]}"
     gcs.create_bucket(bucket)
+    if gcs.iam is not None:  # the VMs' service account may use the bucket, as `nbburst setup` grants
+        gcs.iam.grant(bucket, f"serviceAccount:{compute.default_service_account}", "roles/storage.objectUser")
     os.environ.update(
         {
             **gcs.env(),
             **compute.env(),
+            **secrets.env(),
             "NBBURST_ROOT": f"gs://{bucket}/nbburst",
             "NBBURST_BACKEND": "gce",
             "GOOGLE_CLOUD_PROJECT": compute.project,
@@ -120,13 +123,16 @@ def main() -> None:
             from nbburst.testing import ComputeEmulator
             from nbburst.testing.gcs import GCSEmulator
             from nbburst.testing.pytest_plugin import TEST_DEFAULTS
+            from nbburst.testing.secretmanager import SecretManagerEmulator
 
             compute = ComputeEmulator(base / "compute", **TEST_DEFAULTS).start()
             gcs = GCSEmulator().start()
+            secrets = SecretManagerEmulator(compute.project).start()  # where the VMs find their job's key
+            compute.instance_env.update(secrets.env())
             results["gce"] = []
             try:
                 for seed in seeds:
-                    report = gce_run(base / f"gce-{seed}", seed, compute, gcs)
+                    report = gce_run(base / f"gce-{seed}", seed, compute, gcs, secrets)
                     print(report.line(), flush=True)
                     results["gce"].append(report)
                     os.environ.clear()
@@ -134,6 +140,7 @@ def main() -> None:
             finally:
                 compute.stop()
                 gcs.stop()
+                secrets.stop()
     finally:
         os.environ.clear()
         os.environ.update(saved)

@@ -23,16 +23,21 @@ def submit(
     memory: float | None = None,
     timeout: str | float | None = None,
     name: str | None = None,
+    resume: str | None = None,
+    budget: str | float | None = None,
     **kwargs: Any,
 ) -> Job:
     """Run ``fn(*args, **kwargs)`` on a machine and return a :class:`~nbburst.client.Job`.
 
-    Options mirror ``%%burst``; anything else is passed to ``fn``.
+    Options mirror ``%%burst`` (``resume=JOB``: begin with that job's latest checkpoints; ``budget=2.50``: a
+    dollar cap on its machines); anything else is passed to ``fn``.
     """
     from .client.burst import Burst
 
     burst = Burst()
-    opts: dict[str, Any] = {"cores": cores, "memory": memory, "name": name}
+    opts: dict[str, Any] = {"cores": cores, "memory": memory, "name": name, "resume": resume}
+    if budget is not None:
+        opts["budget"] = budget
     if backend is not None:
         opts["backend"] = backend
     if timeout is not None:

@@ -18,6 +18,7 @@ from traitlets.config import Config, Configurable
 
 from .errors import UsageError
 from .protocol import backends
+from .protocol.budget import parse_budget
 from .protocol.durations import parse_duration
 
 ENV_PREFIX = "NBBURST_"
@@ -67,9 +68,18 @@ class NBBurst(Configurable):
     subnetwork = Unicode("", help="Subnetwork for VMs.").tag(config=True)
     disk_gb = Int(50, help="Boot disk size of VMs in GB.").tag(config=True)
     compute_endpoint = Unicode("", help="Compute Engine API endpoint (an emulator in tests).").tag(config=True)
+    secretmanager_endpoint = Unicode("", help="Secret Manager API endpoint (an emulator in tests).").tag(config=True)
     timeout = Unicode("24h", help="Default hard time limit of a job (90s, 30m, 2h).").tag(config=True)
     max_restarts = Int(10, help="How often a preempted job is relaunched before it fails.").tag(config=True)
     fallback_on_demand = Bool(False, help="Relaunch on a standard VM when spot capacity is out.").tag(config=True)
+    budget = Unicode("", help="Default dollar cap of a job's machines, relaunches included (2.50; empty: none).").tag(
+        config=True
+    )
+    files_limit_gb = Float(
+        1.0,
+        help="Files a cell wrote in its working folder come back to the notebook's folder up to this many GB "
+        "in all; above it they stay in the Store (`nbburst download JOB`).",
+    ).tag(config=True)
     background_supervisor = Bool(
         True,
         help="Local backend: a submission starts a background supervisor (one per Store) that relaunches "
@@ -171,6 +181,7 @@ def set_value(settings: NBBurst, name: str, value: Any, source: str) -> None:
 
 def _check(settings: NBBurst) -> None:
     parse_duration(settings.timeout, "timeout")
+    parse_budget(settings.budget)
 
 
 def describe(settings: NBBurst) -> dict[str, dict[str, Any]]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .errors import UsageError
 from .protocol import backends
+from .protocol.budget import parse_budget
 from .protocol.durations import parse_duration
 from .protocol.job import Resources
 
@@ -83,6 +84,9 @@ class Options:
     detach: bool = False
     out: list[str] | None = None
     files: list[str] = field(default_factory=list)
+    resume: str | None = None  # a job whose latest checkpoints this one begins with
+    budget_usd: float | None = None  # what the job's machines may cost in all
+    session: str | None = None  # the warm session the cell runs on (client/session.py)
 
     @classmethod
     def build(
@@ -105,6 +109,9 @@ class Options:
         out: str | list[str] | None = None,
         files: list[str] | None = None,
         workers: int | None = None,
+        resume: str | None = None,
+        budget: str | float | None = None,
+        session: str | None = None,
     ) -> Options:
         """Validate every value; the first bad one raises :class:`UsageError` naming it."""
         backends.get(backend)  # an unknown name is a UsageError naming the known ones
@@ -121,6 +128,8 @@ class Options:
             raise UsageError("--image and --image-family exclude each other; give one of them")
         if max_restarts < 0:
             raise UsageError(f"--max-restarts: must be 0 or more, got {max_restarts}")
+        if session is not None and not _NAME.match(session):
+            raise UsageError(f"--session: {session!r} is not a valid session name (lowercase letters, digits, '-')")
         if workers is not None and workers < 1:
             raise UsageError(f"--workers: must be at least 1, got {workers}")
         gpu_type, gpu_count = parse_gpu(gpu)
@@ -145,4 +154,17 @@ class Options:
             detach=detach,
             out=parse_names(out),
             files=parse_files(files),
+            resume=_parse_resume(resume),
+            budget_usd=parse_budget(budget),
+            session=session,
         )
+
+
+def _parse_resume(value: str | None) -> str | None:
+    """``--resume JOB``: a job id or name (checked against the Store at submission)."""
+    if value is None:
+        return None
+    ref = str(value).strip()
+    if not ref or not re.match(r"^[a-z][a-z0-9-]{0,40}$", ref):
+        raise UsageError(f"--resume: {value!r} is not a job id or name; `%burst jobs` lists them")
+    return ref

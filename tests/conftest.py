@@ -7,6 +7,15 @@ from nbburst.config import load
 pytest_plugins = ["nbburst.testing.pytest_plugin"]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--corpus",
+        choices=("subset", "all"),
+        default="subset",
+        help="third-party notebooks checked by test_notebook_corpus.py: a representative subset, or all of them",
+    )
+
+
 @pytest.fixture
 def burst_env(tmp_path, monkeypatch):
     """A private Store and state folder for the local backend; fails if a machine outlives the test."""

@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -461,6 +462,24 @@ def diff_keys(a: Run, b: Run) -> frozenset:
     return frozenset(k for k, _ in _diffs(a, b))
 
 
+def aspect_name(key: tuple) -> str:
+    """``(2, "stdout")`` -> ``"cell 3 stdout"``; ``("namespace", "x")`` -> ``"namespace x"``."""
+    return f"namespace {key[1]}" if key[0] == "namespace" else f"cell {key[0] + 1} {key[1]}"
+
+
+def aspect_keys(names: Iterable[str]) -> frozenset:
+    """The keys of :func:`diff_keys` for aspects named as :func:`aspect_name` writes them."""
+    keys = set()
+    for name in names:
+        kind, _, rest = name.partition(" ")
+        if kind == "namespace":
+            keys.add(("namespace", rest))
+        else:
+            number, _, aspect = rest.partition(" ")
+            keys.add((int(number) - 1, aspect))
+    return frozenset(keys)
+
+
 def _diffs(plain: Run, burst: Run) -> list[tuple[tuple, str]]:
     diffs: list[tuple[tuple, str]] = []
     for i, p in enumerate(plain.cells):
@@ -514,14 +533,14 @@ class Result:
     plain_seconds: float = 0.0
     burst_seconds: float = 0.0
     failure: str | None = None
-    unstable: list[str] = field(default_factory=list)  # aspects two plain runs disagree on (ignored)
+    unstable: list[str] = field(default_factory=list)  # aspects left out: known to vary, or two plain runs disagree
 
     def describe(self, limit: int = MAX_DIFFS) -> str:
         lines = [f"{self.name}: {self.status} (plain {self.plain_seconds:.1f} s, burst {self.burst_seconds:.1f} s)"]
         if self.failure:
             lines.append(f"  failure: {self.failure}")
         if self.unstable:
-            lines.append(f"  ignored, not reproducible between two plain runs: {', '.join(self.unstable)}")
+            lines.append(f"  ignored, not reproducible: {', '.join(self.unstable)}")
         for d in self.differences[:limit]:
             lines.append(f"  - {d}")
         if len(self.differences) > limit:
@@ -538,10 +557,12 @@ def check(
     burst_timeout: float = BURST_TIMEOUT,
     package_dir: Path | None = None,
     control: bool = False,
+    ignore: Iterable[str] = (),
 ) -> Result:
     """Run one notebook plainly and under ``%%burst`` and compare the two. With ``control``, a
     second plain run first finds what the notebook itself does not reproduce (unseeded randomness,
-    timings), and those aspects are left out of the comparison."""
+    timings), and those aspects are left out of the comparison; ``ignore`` names aspects known to
+    vary (:func:`aspect_keys`), left out as well."""
     path = Path(name_or_path) if Path(name_or_path).suffix in (".ipynb", ".py") else discover([str(name_or_path)])[0]
     nb = load(path)
     plain = execute(variant(nb, burst=False), path.parent, "plain", plain_timeout, package_dir)
@@ -549,14 +570,12 @@ def check(
     if plain.failure:
         result.status, result.failure = "failed", f"plain run: {plain.failure}"
         return result
-    unstable: frozenset = frozenset()
+    unstable: frozenset = aspect_keys(ignore)
     if control:
         again = execute(variant(nb, burst=False), path.parent, "plain", plain_timeout, package_dir)
         if again.failure is None:
-            unstable = diff_keys(plain, again)
-            result.unstable = sorted(
-                f"cell {k[0] + 1} {k[1]}" if k[0] != "namespace" else f"namespace {k[1]}" for k in unstable
-            )
+            unstable |= diff_keys(plain, again)
+    result.unstable = sorted(map(aspect_name, unstable))
     burst = execute(variant(nb, burst=True), path.parent, "burst", burst_timeout, package_dir)
     result.burst_seconds = burst.elapsed
     result.differences, result.notes = compare(plain, burst, unstable)

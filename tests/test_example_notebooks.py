@@ -51,3 +51,17 @@ def test_census_reads_its_data_from_a_location_variable(burst_env):
     assert "32561 training rows, 16281 test rows" in text
     accuracy = float(re.search(r"test accuracy: ([0-9.]+)", text).group(1))
     assert 0.85 < accuracy < 0.9  # gradient-boosted trees on this data set: about 0.87
+
+
+@pytest.mark.slow
+def test_resume(burst_env, tmp_path):
+    """notebooks/resume.ipynb: train, stop, resume with more data in a new job, evaluate, list the job's files."""
+    nb = run(nbformat.read(ROOT / "notebooks" / "resume.ipynb", as_version=4), cwd=tmp_path, timeout=300)
+    assert_no_errors(nb)
+    text = outputs_text(nb)
+    assert "epoch 3 is done" in text and "each exactly once: True" in text
+    assert "rows per epoch: [500, 1257]" in text  # the first job's data, then all of it
+    assert float(re.search(r"test accuracy: ([0-9.]+)\n", text).group(1)) > 0.9
+    assert re.search(r"results/history\.json +\d+ bytes, here: True", text)
+    assert re.search(r"results/model\.pkl +\d+ bytes, here: True", text)
+    assert (tmp_path / "results" / "model.pkl").exists()  # next to the notebook, as from a plain cell

@@ -349,3 +349,81 @@ def test_fingerprints_see_changes_made_in_place(value):
     else:
         value["x"][0] = 9
     assert transfer.fingerprint(value) != before
+
+
+def _round_trip(kernel: dict, sent: list[str], cell) -> tuple[transfer.Loaded, int]:
+    """Send ``sent`` from ``kernel`` to a machine namespace, run ``cell(ns)`` there (it returns its
+    outputs), and bring back what the agent brings back; returns what arrived and the blob's size."""
+    from nbburst.agent.inputs import Inputs
+    from nbburst.protocol import state
+
+    inner_sent: dict = {}
+    encoded, failed = transfer.encode_inputs({n: kernel[n] for n in sent}, inner=inner_sent)
+    assert not failed
+    ns: dict = {"__name__": "__main__"}
+    inner_arrived: dict = {}
+    for name, blob in encoded.items():
+        ns[name] = transfer.load_value(blob.tobytes(), ns, inner_arrived.setdefault(name, {}))
+    inputs = Inputs({"track": True}, state.Tracker({}))
+    inputs.watch(ns, list(encoded), inner_arrived)
+    values, refs, adopt = inputs.returns_of(ns, cell(ns))
+    writer = transfer.Writer(refs, adopt)
+    for name, value in values.items():
+        assert writer.add(name, value) is None
+    blob = writer.finish({})
+    return transfer.load_values(blob.tobytes(), kernel, inner_sent), blob.nbytes
+
+
+def test_objects_inside_a_changed_input_update_the_kernels_own_and_unchanged_arrays_stay_home():
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    scaler, log, big = StandardScaler(), [], np.arange(200_000.0)
+    kernel = {"pipe": make_pipeline(scaler), "scaler": scaler, "holder": {"log": log, "data": big}, "log": log}
+    X = np.random.default_rng(0).random((20, 3))
+
+    def cell(ns: dict) -> dict:
+        ns["pipe"].fit(X)
+        ns["holder"]["log"].append("fitted")
+        return {}
+
+    loaded, size = _round_trip(kernel, ["pipe", "holder"], cell)
+    assert not loaded.failed and set(loaded.values) == {"pipe", "holder"}
+    assert loaded.values["pipe"] is kernel["pipe"] and kernel["pipe"].steps[0][1] is scaler
+    assert hasattr(scaler, "mean_"), "the step bound to another name was fitted in place"
+    assert loaded.values["holder"]["log"] is log == ["fitted"] and loaded.values["holder"]["data"] is big
+    assert size < big.nbytes // 10, "an unchanged array inside a changed input travelled back"
+
+
+def test_an_output_holding_an_object_inside_an_unchanged_input_is_the_kernels_object():
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    scaler = StandardScaler()
+    kernel = {"pipe": make_pipeline(scaler), "scaler": scaler}
+    loaded, _ = _round_trip(kernel, ["pipe"], lambda ns: {"first": ns["pipe"].steps[0][1]})
+    assert loaded.values == {"first": scaler} and loaded.values["first"] is scaler
+
+
+def test_files_the_cell_names_in_the_notebooks_folder_are_staged(tmp_path, monkeypatch):
+    from nbburst.client.capture import capture
+    from nbburst.options import Options
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.csv").write_text("a\n1\n")
+    (tmp_path / "notes.txt").write_text("n")
+    ns: dict = {"__name__": "__main__"}
+    exec("def read(path='notes.txt'):\n    return open(path).read()", ns)
+    cap = capture("import pandas as pd\ndf = pd.read_csv('data/x.csv')\ntext = read()\nother = 'missing.csv'", ns)
+    assert cap.files == ["data/x.csv", "notes.txt"]
+    staged = cap.staged(Options.build(files=["notes.txt"]))
+    assert staged.files == ["notes.txt", "data/x.csv"]
+
+
+def test_a_burst_cell_reads_the_files_beside_the_notebook(burst_env, tmp_path):
+    (tmp_path / "edges.txt").write_text("1 2\n2 3\n")
+    cells = [LOAD, "%%burst\nwith open('edges.txt') as f:\n    print(len(f.read().split()))"]
+    out = run_cells(cells, cwd=tmp_path)[1]
+    assert error(out) is None, error(out)
+    assert stream(out) == "4\n"

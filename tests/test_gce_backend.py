@@ -43,7 +43,7 @@ def submit(burst, fn, *args, **options):
 
 
 @pytest.mark.compute_emulator(operation_delay=0.02)
-def test_quickstart_notebook_runs_on_a_spot_vm(gce_env, compute_emulator):
+def test_quickstart_notebook_runs_on_a_spot_vm(gce_env, compute_emulator, secretmanager_emulator):
     nb = nbformat.read(ROOT / "notebooks" / "quickstart.ipynb", as_version=4)
     burst_cells = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%%burst")]
     assert len(burst_cells) == 1 and "--backend local" in burst_cells[0].source
@@ -67,13 +67,19 @@ def test_quickstart_notebook_runs_on_a_spot_vm(gce_env, compute_emulator):
     assert sched["provisioningModel"] == "SPOT" and sched["instanceTerminationAction"] == "STOP"
     assert 600 < int(sched["maxRunDuration"]["seconds"]) <= 600 + GCEMachines.run_margin_s  # --timeout 10m
     items = {i["key"]: i["value"] for i in body["metadata"]["items"]}
-    assert {"nbburst-job-url", "nbburst-key", "nbburst-attempt", "startup-script", "shutdown-script"} <= set(items)
+    assert {"nbburst-job-url", "nbburst-key-secret", "nbburst-attempt", "startup-script", "shutdown-script"} <= set(
+        items
+    )
     assert items["nbburst-job-url"].startswith(f"gs://{gce_env['NBBURST_ROOT'][5:].split('/')[0]}/nbburst/jobs/")
     burst = Burst()
     (job,) = burst.jobs()
     assert job.state == State.SUCCEEDED and job.spec.plan["machine_type"] == "e2-highcpu-4"
     key = burst.keyring.get(job.id).hex()
-    assert items["nbburst-key"] == key
+    assert all(key not in value for value in items.values())  # the key is not in the metadata: its secret is
+    vm_account = f"serviceAccount:{compute_emulator.default_service_account}"
+    accesses = [r for r in secretmanager_emulator.requests if r[1].endswith(":access")]
+    assert items["nbburst-key-secret"].endswith(f"/secrets/nbburst-key-{job.id}") and accesses
+    assert {who for _, _, who in accesses} == {vm_account}  # read by the VM, as its service account
     store = burst.store_for("gce")
     assert all(key.encode() not in store.get(k) for k in store.list(job.layout.prefix))  # not in the Store
     name = machine_name(job.id)
@@ -350,7 +356,9 @@ def test_shutdown_script_marks_a_silent_attempt_preempted(tmp_path, monkeypatch)
     root = tmp_path / "store"
     store, layout, key = open_store(str(root)), JobLayout("b20000101-000000-bbbbbb"), signing.new_key()
     folder = JobFolder(store, layout, key)
-    attrs = {"nbburst-job-url": f"{root}/jobs/{layout.job_id}", "nbburst-attempt": "2", "nbburst-key": key.hex()}
+    attrs = {"nbburst-job-url": f"{root}/jobs/{layout.job_id}", "nbburst-attempt": "2"}
+    (tmp_path / "job-key").write_text(key.hex())  # what the bootstrap left from the job's secret
+    monkeypatch.setenv("NBBURST_HOME", str(tmp_path))
     with MetadataServer({"instance/attributes": attrs, "instance/preempted": "TRUE"}) as md:
         monkeypatch.setenv("GCE_METADATA_HOST", md.host)
         folder.put_status(Status(2, State.PROVISIONING, heartbeat=time.time() - 60))

@@ -210,6 +210,28 @@ def test_an_editable_package_travels_as_a_wheel_of_its_source(tmp_path, monkeypa
     assert b"Version: 0.3" in files.read("mylib-0.3.dist-info/METADATA")
 
 
+def test_a_conda_environment_maps_to_the_package_index(tmp_path, monkeypatch):
+    """Workbench's /opt/conda and conda-forge: conda records the build machine's folder as where a package came
+    from; that is a release of the project (installed from the index on the VM), not a local package."""
+    site = tmp_path / "opt-conda-site"
+    for name, installer, url in (
+        ("condapkg", "conda", "file:///home/conda/feedstock_root/build_artifacts/condapkg_1700000000/work"),
+        ("condadev", "pip", f"file://{tmp_path}/src"),  # `pip install -e` inside the conda environment
+    ):
+        info = site / f"{name}-1.5.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.5\n")
+        (info / "INSTALLER").write_text(installer + "\n")
+        (info / "direct_url.json").write_text(json.dumps({"url": url, "dir_info": {"editable": installer == "pip"}}))
+        (info / "RECORD").write_text(f"{name}-1.5.dist-info/METADATA,,\n")
+    monkeypatch.syspath_prepend(str(site))
+    found = env.distributions()
+    assert found["condapkg"].origin == "folder" and found["condapkg"].installer == "conda"
+    assert env.resolve("condapkg", "1.5", found["condapkg"]) == env.Pin("condapkg", "1.5", "condapkg==1.5")
+    assert env.resolve("condadev", "1.5", found["condadev"]) == env.Local("condadev", "1.5", "editable")
+    assert isinstance(env.resolve("conda", "24.1.2", found["condapkg"]), env.Unavailable)  # conda itself: never
+
+
 def test_the_stored_environment_to_start_from(tmp_path):
     from nbburst.store import open_store
 

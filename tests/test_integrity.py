@@ -18,15 +18,17 @@ from pathlib import Path
 import cloudpickle
 import pytest
 from support import wait_until
-from test_survival import gone, running_step, submit
+from test_survival import attempts_never_overlap, expected_loop, gone, running_step, side_loop, submit
 from test_ui import run_notebook
 
 from nbburst import checkpoint
 from nbburst.agent import checkpoints as mirror
+from nbburst.agent import verdict
 from nbburst.client import supervisor
 from nbburst.client.burst import UNVERIFIED, Burst
+from nbburst.machines.gce.machines import GCEMachines
 from nbburst.machines.local import LocalMachines
-from nbburst.protocol import sealed, signing
+from nbburst.protocol import fence, outcome, sealed, signing
 from nbburst.protocol.folder import JobFolder
 from nbburst.protocol.job import JobLayout, JobSpec, Resources, State, Status, Terminal, encode_records
 from nbburst.server.manager import JobsManager
@@ -395,4 +397,125 @@ def test_a_tampered_checkpoint_is_refused_and_the_job_still_gets_the_right_resul
     assert job.outcome().values["result"] == _expected()
     logs = job.logs()
     assert "refused:" in logs and "copied here" in logs
+    gone(job)
+
+
+# -- a bucket writer in the way of the real writer, and an attempt that lost its claim -----------------------
+
+
+def _claim(folder: JobFolder, attempt: int) -> None:
+    folder.put_status(Status(attempt, State.PROVISIONING, machine="m"), create=True)
+    fence.claim(folder, attempt)
+
+
+def _verdict_file(tmp_path: Path, content: bytes) -> Path:
+    path = tmp_path / f"verdict-{content.hex()}"
+    path.write_bytes(content)
+    return path
+
+
+def test_a_verdict_is_bound_to_the_attempt_that_held_the_job(folder, tmp_path, capfd):
+    """A result sealed by attempt 1 after attempt 2 was claimed is refused; attempt 2's replaces it, and attempt
+    1 coming back later cannot put its own back."""
+    result = folder.layout.result
+    _claim(folder, 1)
+    verdict.commit(folder, verdict.RESULT, _verdict_file(tmp_path, b"one"), 1)
+    assert outcome.verdict_object(folder, result) == (1, b"one")  # no later claim: it counts
+    folder.store.delete(result)
+    _claim(folder, 2)
+    time.sleep(0.05)
+    verdict.commit(folder, verdict.RESULT, _verdict_file(tmp_path, b"late"), 1)  # checked, then claimed, then wrote
+    with pytest.raises(outcome.Overtaken, match="result.pkl of job .* written by attempt 1 after attempt 2 had taken"):
+        outcome.verdict_object(folder, result)
+    assert not outcome.holds_verdict(folder, result)
+    verdict.commit(folder, verdict.RESULT, _verdict_file(tmp_path, b"two"), 2)
+    assert outcome.verdict_object(folder, result) == (2, b"two")
+    verdict.commit(folder, verdict.RESULT, _verdict_file(tmp_path, b"later"), 1)  # create-only: attempt 2's stays
+    verdict.commit(folder, verdict.RESULT, _verdict_file(tmp_path, b"two"), 2)  # a retried write: still one result
+    assert outcome.verdict_object(folder, result) == (2, b"two")
+    assert "replacing it with attempt 2's" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("kind", [verdict.RESULT, verdict.ERROR])
+def test_a_planted_verdict_object_does_not_block_the_real_one(folder, tmp_path, capfd, kind):
+    key = folder.layout.result if kind == verdict.RESULT else folder.layout.error
+    _claim(folder, 1)
+    folder.store.create(key, cloudpickle.dumps("FORGED"))  # create-only writes would leave it in place
+    assert not outcome.holds_verdict(folder, key)
+    verdict.commit(folder, kind, _verdict_file(tmp_path, b"genuine"), 1)
+    assert outcome.verdict_object(folder, key) == (1, b"genuine")
+    assert (
+        f"{Path(key).name} of job {JOB} is not sealed by nbburst; refusing it; replacing it" in capfd.readouterr().err
+    )
+
+
+def test_planted_verdicts_claims_and_leases_neither_stop_an_attempt_nor_outlast_the_real_writer(folder, capfd):
+    spec = JobSpec.from_json(spec_json())
+    _claim(folder, 1)
+    folder.store.create(folder.layout.status(2), Status(2, State.PROVISIONING).to_json())  # a forged claim
+    assert not fence.superseded(folder, 1)  # attempt 1 goes on
+    assert fence.claim_time(folder, 2) is None and fence.stands(folder, 1, folder.layout.terminal)
+    folder.store.delete(folder.layout.status(2))
+
+    folder.store.create(folder.layout.terminal, Terminal(State.FAILED, "FORGED-VERDICT").to_json())
+    assert outcome.commit_terminal(folder, spec, State.SUCCEEDED, "", 1, "agent", []) == State.SUCCEEDED
+    assert folder.terminal().state == State.SUCCEEDED and folder.terminal().by == "agent"
+
+    folder.store.create(folder.layout.claim(2), b"")  # an early claim marker, planted to void attempt 1's verdict
+    time.sleep(0.05)
+    _claim(folder, 2)
+    assert fence.claim_time(folder, 2) == folder.store.updated(folder.layout.claim(2))
+    assert fence.claim_time(folder, 2) > folder.store.updated(folder.layout.terminal)
+    assert fence.stands(folder, 1, folder.layout.terminal)  # written before the real claim: it counts
+    err = capfd.readouterr().err
+    assert "status/0002.json of job" in err and "terminal.json of job" in err and "claims/0002" in err
+
+
+def test_a_bucket_writers_plants_do_not_stop_the_job(burst_env, tmp_path):
+    """While the job runs, a forged result, error, lease, relaunch plan and claim marker of the next attempt are
+    planted; then its machine is preempted. The supervisor relaunches it past them and the job ends with the
+    real result, each plant reported as refused."""
+    side = tmp_path / "side.txt"
+    job = submit(Burst(), side_loop(side, 12, 0.2))
+    wait_until(lambda: running_step(job, 3), what="step 3")
+    store, layout = job.store, job.layout
+    for key in (layout.result, layout.error):
+        store.put(key, cloudpickle.dumps({"result": "FORGED"}))
+    store.put(layout.lease_prefix + "99999999.json", b'{"holder": "forger", "seconds": 1e9}')
+    store.put(layout.relaunch, b'{"waiting": {"attempt": 1, "next_try": 9e18}, "events": []}')
+    store.put(layout.claim(2), b"")
+    job.preempt(2)
+    assert job.wait(timeout=120) == State.SUCCEEDED, job.terminal()
+    assert job.terminal().attempt == 2
+    assert job.outcome().values["result"] == expected_loop(12)
+    assert attempts_never_overlap(side)
+    gone(job)
+
+
+def test_a_launch_counts_the_time_left_by_the_stores_clock(burst_env, monkeypatch):
+    """The VM's maxRunDuration is the job's time left by the Store's clock: a relauncher whose clock is an hour
+    off neither cuts it to nothing nor stretches it by an hour."""
+    with monkeypatch.context() as held:
+        held.setattr(LocalMachines, "launch", lambda self, *a, **k: "held")
+        job = submit(Burst(), "x = 1", timeout="10m")
+    machines = GCEMachines(Burst().settings)  # its Store is the local one of this test
+    plan = {**job.spec.plan, "machine_type": "e2-standard-2"}
+    real = time.time
+    for shift in (3600.0, -3600.0):
+        monkeypatch.setattr(time, "time", lambda s=shift: real() + s)
+        resource = machines.instance_resource(job.spec, job.url, "a-secret", 2, "us-central1-a", plan, True)
+        assert 590 < resource.scheduling.max_run_duration.seconds <= 600 + GCEMachines.run_margin_s
+
+
+def test_a_forged_object_the_job_needs_fails_it_once_with_the_reason(burst_env):
+    """Every attempt would meet it again: the job fails at once and says which object, instead of being taken
+    for preempted and relaunched until --max-restarts runs out."""
+    with pytest.MonkeyPatch.context() as held:
+        held.setattr(LocalMachines, "launch", lambda self, *a, **k: "held")
+        job = Burst().submit(_square, 3)
+    job.store.put(job.layout.env, b'{"python": "3.11", "forged": true}')
+    job.start_machine(job.latest_status(), job.spec)
+    assert job.wait(timeout=60) == State.FAILED
+    assert "env.json does not match the signed job spec" in job.terminal().reason
+    assert [row["attempt"] for row in job.attempts()] == [1]
     gone(job)

@@ -2,8 +2,12 @@
 
 A notebook submits two detached ``%%burst`` cells on the local backend; the
 sidebar shows the first one running then succeeded, with its log, and cancels
-the second one. Set ``NBBURST_UPDATE_SCREENSHOTS=1`` to refresh
-``docs/sidebar.png`` (otherwise the screenshot stays in the test's tmp folder).
+the second one. Another notebook waits in a ``%%burst`` cell: its job view is
+cancelled while the kernel is busy, in the light and the dark theme, links to
+the sidebar and back, and after a kernel restart and a reload the notebook
+shows the view's static summary instead of a widget error. Set
+``NBBURST_UPDATE_SCREENSHOTS=1`` to refresh the screenshots in ``docs/``
+(otherwise they stay in the test's tmp folder).
 """
 
 from __future__ import annotations
@@ -78,8 +82,8 @@ VIEW_STYLE = """() => {
 }"""
 
 
-def write_notebook(path: Path) -> None:
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
+def write_notebook(path: Path, cells: list[str] = CELLS) -> None:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
     nbformat.write(nb, path)
 
@@ -187,3 +191,118 @@ def test_sidebar_follows_and_cancels_jobs(tmp_path, monkeypatch):
     if os.environ.get("NBBURST_UPDATE_SCREENSHOTS"):
         (REPO / "docs").mkdir(exist_ok=True)
         shutil.copy(screenshot, REPO / "docs" / "sidebar.png")
+
+
+WAITING_CELLS = [
+    "%load_ext nbburst",
+    "%%burst --name view-wait\n"
+    "import sys, time, nbburst\n"
+    "print('waiting in the cell', flush=True)\n"
+    "print('a warning on stderr', file=sys.stderr, flush=True)\n"
+    "nbburst.progress(3, 10, 'steps')\n"
+    "time.sleep(120)",
+]
+
+
+def lab_env(tmp_path: Path, monkeypatch) -> dict[str, str]:
+    store, state = tmp_path / "store", tmp_path / "state"
+    env = {"NBBURST_ROOT": str(store), "NBBURST_STATE_DIR": str(state), "NBBURST_BACKEND": "local"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+def set_theme(page, theme: str) -> None:
+    """Pick a theme from the Settings menu, as a user does."""
+    page.locator(".lm-MenuBar-itemLabel", has_text="Settings").click()
+    page.locator(".lm-Menu-itemLabel", has_text="Theme").hover()
+    page.locator(".lm-Menu-itemLabel", has_text=theme).click()
+    playwright_sync.expect(page.locator("body")).to_have_attribute(
+        "data-jp-theme-light", "false" if "Dark" in theme else "true", timeout=15_000
+    )
+
+
+def test_job_view_cancels_while_the_cell_waits_and_survives_a_restart(tmp_path, monkeypatch):
+    expect = playwright_sync.expect
+    env = lab_env(tmp_path, monkeypatch)
+    server = LabServer(tmp_path / "lab", env=env)
+    shots = {name: tmp_path / f"{name}.png" for name in ("view-light", "view-dark", "view-after-restart")}
+    try:
+        server.start()
+        notebook = server.root_dir / "wait.ipynb"
+        write_notebook(notebook, WAITING_CELLS)
+        with playwright_sync.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1200, "height": 800})
+                page_errors: list[str] = []
+                page.on("pageerror", lambda error: page_errors.append(str(error)))
+                page.on("dialog", lambda dialog: dialog.accept())
+                page.goto(f"{server.url}/lab/tree/wait.ipynb?token={server.token}")
+                expect(page.locator(".jp-Notebook .jp-Cell")).to_have_count(len(WAITING_CELLS), timeout=60_000)
+                idle = page.locator(".jp-StatusBar-TextItem", has_text="Python 3 (ipykernel) | Idle")
+                expect(idle).to_be_visible(timeout=60_000)
+                run_cell(page, 0, "[1]")
+                run_cell(page, 1, "waiting in the cell")
+
+                # The cell waits: the kernel is busy, the view runs, and the output is there once.
+                cell = page.locator(".jp-Notebook .jp-Cell").nth(1)
+                view = cell.locator(".nbburst-view")
+                expect(view.locator(".nbburst-view-progress-label")).to_contain_text("steps 3/10", timeout=20_000)
+                expect(cell.locator(".jp-InputPrompt")).to_have_text("[*]:")  # still executing
+                outputs = cell.locator(".jp-OutputArea")
+                print("DEBUG", outputs.get_by_text("waiting in the cell").filter(visible=True).evaluate_all("els => els.map(e => e.outerHTML.slice(0, 300) + ' || ' + e.parentElement.className)"))
+                output_shot = cell.locator(".jp-Cell-outputWrapper")
+                output_shot.screenshot(path="/tmp/debug-view.png")
+                expect(outputs.get_by_text("waiting in the cell").filter(visible=True)).to_have_count(1)
+                expect(view.locator(".nbburst-view-tail")).to_be_hidden()  # the cell's own output shows it
+                expect(cell.locator(".nbburst-view-static")).to_be_hidden()  # the widget lives: no fallback
+                output = cell.locator(".jp-Cell-outputWrapper")
+                output.screenshot(path=str(shots["view-light"]))
+                set_theme(page, "JupyterLab Dark")
+                output.screenshot(path=str(shots["view-dark"]))
+
+                # The view links to its job in the sidebar, and the sidebar back to the cell.
+                view.locator("[data-nbburst-open]").click()
+                expect(page.locator(f"{SIDEBAR} .nbburst-detail-name")).to_have_text("view-wait", timeout=15_000)
+                page.locator(".jp-Notebook .jp-Cell").nth(0).locator(".cm-content").click()
+                page.locator(f"{SIDEBAR} .nbburst-show-cell").click()
+                expect(cell).to_have_class(re.compile(r"\bjp-mod-active\b"))
+
+                # Cancel from the view while the cell waits: the waiting cell ends with the job.
+                expect(cell.locator(".jp-InputPrompt")).to_have_text("[*]:")
+                view.locator(".nbburst-view-cancel").click()
+                expect(view.locator(".nbburst-view-summary")).to_contain_text("CANCELLED", timeout=30_000)
+                expect(idle).to_be_visible(timeout=15_000)
+                expect(cell.locator(".nbburst-view-static")).to_contain_text("CANCELLED", timeout=15_000)
+
+                # Saved, kernel restarted, page reloaded: the widget's model is gone, the static summary shows.
+                page.keyboard.press("Control+s")
+                wait_until(lambda: "CANCELLED" in notebook.read_text(), 15, what="the notebook to be saved")
+                (session,) = server.api("api/sessions")
+                server.api(f"api/kernels/{session['kernel']['id']}/restart", method="POST")
+                page.reload()
+                static = page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".nbburst-view-static")
+                expect(static).to_be_visible(timeout=60_000)
+                expect(static).to_contain_text("CANCELLED")
+                expect(static).to_contain_text("view-wait")
+                expect(static).to_contain_text("waiting in the cell")  # the log tail
+                expect(page.get_by_text("Error displaying widget")).to_be_hidden()
+                page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-Cell-outputWrapper").screenshot(
+                    path=str(shots["view-after-restart"])
+                )
+                assert not page_errors, page_errors
+            finally:
+                browser.close()
+
+        from nbburst.client.burst import Burst
+
+        assert {job.name: job.state.value for job in Burst().jobs()} == {"view-wait": "CANCELLED"}
+        wait_until(lambda: not agents_under(env["NBBURST_ROOT"]), 10, what="the cancelled job's machine to go away")
+    finally:
+        server.stop()
+        kill_agents(env["NBBURST_ROOT"], grace=0)
+    if os.environ.get("NBBURST_UPDATE_SCREENSHOTS"):
+        (REPO / "docs").mkdir(exist_ok=True)
+        for name, path in shots.items():
+            shutil.copy(path, REPO / "docs" / f"{name}.png")

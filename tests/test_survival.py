@@ -518,7 +518,7 @@ def test_a_frozen_attempt_stands_aside_when_the_next_one_has_been_claimed(burst_
         proc.suspend()
     claim = Status(attempt=2, state=State.PROVISIONING, machine=job.machine_of(), message="relaunching")
     job.folder.put_status(claim, create=True)
-    fence.claim(job.store, job.layout, 2)
+    fence.claim(job.folder, 2)
     agent.resume()  # its cell stays frozen: attempt 1 must end it without letting it run again
     psutil.wait_procs([agent], timeout=20)
     assert not agent.is_running() or agent.status() == psutil.STATUS_ZOMBIE
@@ -544,7 +544,7 @@ def test_a_verdict_written_after_the_next_claim_gives_way(burst_env):
     time.sleep(0.05)
     claim = Status(attempt=2, state=State.PROVISIONING, machine=job.machine_of())
     job.folder.put_status(claim, create=True)
-    fence.claim(job.store, job.layout, 2)
+    fence.claim(job.folder, 2)
     assert job.terminal().state == State.SUCCEEDED  # written before the claim: it stands
     job.store.delete(job.layout.terminal)
     time.sleep(0.05)

@@ -167,6 +167,8 @@ class FakeJob:
 
 
 def test_view_renders_machine_cost_progress_and_saving():
+    import ipywidgets  # noqa: F401  (imported before the clock starts: its first import can take seconds)
+
     from nbburst.ui.view import JobView
 
     job = FakeJob()

@@ -6,10 +6,14 @@ import { BurstApi } from './api';
 import { burstIcon } from './icons';
 import { JobsModel } from './model';
 import { BurstSidebar, SIDEBAR_ID, SIDEBAR_TITLE } from './sidebar';
+import { bridgeJobViews, showJobCell } from './notebook';
 import { BurstStatus } from './statusbar';
 
 /** The command that opens the sidebar. */
 const CMD_SHOW = 'nbburst:show-jobs';
+
+/** The command that opens one job in the sidebar (`{ id }`). */
+const CMD_SHOW_JOB = 'nbburst:show-job';
 
 /** The rank of the sidebar tab: after the file browser (100). */
 const SIDEBAR_RANK = 150;
@@ -48,6 +52,21 @@ const plugin: JupyterFrontEndPlugin<void> = {
     if (palette) {
       palette.addItem({ command: CMD_SHOW, category: SIDEBAR_TITLE });
     }
+
+    // A job view in a notebook links to its job in the sidebar, and the sidebar's job to its cell.
+    app.commands.addCommand(CMD_SHOW_JOB, {
+      label: 'Show Burst Job',
+      caption: 'Show one nbburst job in the sidebar',
+      execute: args => {
+        const id = String(args.id ?? '');
+        app.shell.activateById(SIDEBAR_ID);
+        if (id) {
+          sidebar.showJob(id);
+        }
+      }
+    });
+    sidebar.showCell = id => showJobCell(app, id);
+    bridgeJobViews(app, api, id => void app.commands.execute(CMD_SHOW_JOB, { id }));
 
     if (statusBar) {
       const item = new BurstStatus(model, () => {

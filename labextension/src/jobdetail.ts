@@ -61,6 +61,15 @@ export class JobDetailView extends Widget {
       },
       'Cancel job'
     );
+    this._showCell = h(
+      'button',
+      {
+        className: 'nbburst-show-cell',
+        type: 'button',
+        title: 'Show the notebook cell that follows this job (in the open notebooks)'
+      },
+      'Show cell'
+    );
     this._name = h('h3', { className: 'nbburst-detail-name' });
     this._badge = h('span', { className: 'nbburst-state-badge' });
     this._fields = h('dl', { className: 'nbburst-detail-fields' });
@@ -97,6 +106,7 @@ export class JobDetailView extends Widget {
         { className: 'nbburst-detail-toolbar' },
         this._back,
         h('span', { className: 'nbburst-spacer' }),
+        this._showCell,
         this._cancel
       ),
       h(
@@ -121,6 +131,11 @@ export class JobDetailView extends Widget {
 
     this._back.addEventListener('click', () => this._closed.emit());
     this._cancel.addEventListener('click', () => void this._confirmCancel());
+    this._showCell.addEventListener('click', () => {
+      if (this._jobId) {
+        this._cellRequested.emit(this._jobId);
+      }
+    });
     this._attemptSelect.addEventListener('change', () => {
       const attempt = Number(this._attemptSelect.value);
       if (attempt) {
@@ -151,6 +166,17 @@ export class JobDetailView extends Widget {
   /** Emitted after a job was cancelled. */
   get cancelled(): ISignal<this, string> {
     return this._cancelled;
+  }
+
+  /** Emitted with the job's id when the user asks for the notebook cell of the job. */
+  get cellRequested(): ISignal<this, string> {
+    return this._cellRequested;
+  }
+
+  /** Say why the cell of the job cannot be shown (no open notebook has it). */
+  showProblem(message: string): void {
+    setText(this._error, message);
+    this._error.hidden = false;
   }
 
   /** The job shown, if any. */
@@ -522,6 +548,8 @@ export class JobDetailView extends Widget {
   private _poll: Poll;
   private _closed = new Signal<this, void>(this);
   private _cancelled = new Signal<this, string>(this);
+  private _cellRequested = new Signal<this, string>(this);
+  private _showCell: HTMLButtonElement;
   private _generation = 0;
   private _jobId: string | null = null;
   private _job: IJobDetail | null = null;

@@ -34,7 +34,17 @@ export class BurstSidebar extends Panel {
     this.list.jobSelected.connect((_, id) => this.showJob(id), this);
     this.detail.closed.connect(() => this.showList(), this);
     this.detail.cancelled.connect(() => void this.model.refresh(), this);
+    this.detail.cellRequested.connect((_, id) => {
+      if (!this.showCell || !this.showCell(id)) {
+        this.detail.showProblem(
+          'No open notebook shows this job: open the notebook that ran it (its cell shows the job).'
+        );
+      }
+    }, this);
   }
+
+  /** Shows the notebook cell of a job; false when no open notebook has one (set by the plugin). */
+  showCell: ((id: string) => boolean) | null = null;
 
   readonly model: JobsModel;
   readonly list: JobListView;

@@ -15,6 +15,9 @@ cost seconds of VM time for one request.
 ``python -m nbburst.agent.gce shutdown`` (the VM's shutdown script) marks the
 current attempt PREEMPTED when the job has no terminal state and the agent is
 no longer there to say so.
+
+The job key never sits in the instance's metadata (any project viewer can read that): the bootstrap reads it
+from Secret Manager and leaves it in ``$NBBURST_HOME/job-key`` (:func:`vm_key`).
 """
 
 from __future__ import annotations
@@ -46,6 +49,19 @@ def on_job_vm() -> bool:
     if not on_gce():
         return False
     return _metadata("instance/attributes/nbburst-job-url", timeout=2.0) is not None
+
+
+def vm_key() -> str | None:
+    """The job key (hex) on a job VM: ``$NBBURST_HOME/job-key``, which the bootstrap wrote from the job's
+    Secret Manager secret at this boot; None elsewhere."""
+    home = os.environ.get("NBBURST_HOME")
+    if not home:
+        return None
+    try:
+        with open(os.path.join(home, "job-key")) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def _log(message: str) -> None:
@@ -126,7 +142,7 @@ def mark_shutdown(wait_s: float = 10.0) -> str:
     from ..store import NotFound, open_store
 
     url = _metadata("instance/attributes/nbburst-job-url")
-    key_hex = _metadata("instance/attributes/nbburst-key")
+    key_hex = vm_key()
     if not url or not key_hex:
         return "not a job VM"
     attempt = int(_metadata("instance/attributes/nbburst-attempt") or 1)

@@ -4,7 +4,11 @@ Inputs arrive as blobs pinned by the signed manifest and land in the cell's
 namespace (notebook functions bound to it). Each one is fingerprinted as it
 arrives, so that afterwards an input the cell changed in place (``fit``,
 ``append``, ``df["c"] = ...``) is sent back, and one it did not change is sent
-back only as a reference to the kernel's own object. The kernel's submodules
+back only as a reference to the kernel's own object. The objects inside an
+input keep their address (:func:`transfer.inner_objects`): inside a changed
+input they go back to update the kernel's very objects (the steps of a fitted
+Pipeline, bound to other names there too), arrays among them only if their own
+fingerprint changed; inside an unchanged one they go back as references. The kernel's submodules
 and process state (:mod:`nbburst.protocol.state`) come with them.
 """
 
@@ -17,6 +21,7 @@ from typing import Any
 from ..protocol import imports, payload, signing, state, transfer
 from ..protocol.job import JobLayout, JobSpec, blob_key
 from ..store import Store
+from . import blobcache
 
 
 class Inputs:
@@ -27,15 +32,22 @@ class Inputs:
         self.track = bool(manifest.get("track"))
         self.returns: list[str] | None = manifest.get("returns")
         self.arrived: dict[str, tuple[Any, str]] = {}  # name -> (object, fingerprint)
+        self.inner: dict[str, dict[int, Any]] = {}  # name -> memo index -> object inside that input
+        self.arrays: dict[tuple[str, int], str] = {}  # address -> fingerprint, for arrays inside inputs
 
-    def watch(self, ns: dict[str, Any], names: list[str]) -> None:
-        """Fingerprint ``names`` as they are now (after loading, before the cell)."""
+    def watch(self, ns: dict[str, Any], names: list[str], inner: dict[str, dict[int, Any]]) -> None:
+        """Fingerprint ``names`` as they are now (after loading, before the cell), and the arrays inside
+        them on their own (hashing an array is cheap: only a changed one needs to travel back)."""
         if not self.track:
             return
         for name in names:
             fp = transfer.fingerprint(ns[name])
             if fp is not None:
                 self.arrived[name] = (ns[name], fp)
+                self.inner[name] = inner.get(name, {})
+                for index, obj in self.inner[name].items():
+                    if type(obj).__name__ == "ndarray" and (array_fp := transfer.fingerprint(obj)) is not None:
+                        self.arrays[(name, index)] = array_fp
 
     def begin(self) -> None:
         """Right before the cell's code: the kernel's process state takes effect."""
@@ -43,24 +55,27 @@ class Inputs:
 
     def returns_of(
         self, ns: dict[str, Any], outputs: dict[str, Any]
-    ) -> tuple[dict[str, Any], dict[int, str], dict[int, str]]:
-        """(values to send back, unchanged inputs by id, changed inputs by id).
+    ) -> tuple[dict[str, Any], dict[int, transfer.Address], dict[int, transfer.Address]]:
+        """(values to send back, unchanged objects by id, changed objects by id), objects by address.
 
         The values are the outputs plus every input still bound to the object it
-        arrived as whose content changed (unless ``--out`` left it out).
+        arrived as whose content changed (unless ``--out`` left it out). An input
+        rebound or deleted goes back only if an output holds it.
         """
         changed: dict[str, Any] = {}
-        refs: dict[int, str] = {}
-        adopt: dict[int, str] = {}
+        refs: dict[int, transfer.Address] = {}
+        adopt: dict[int, transfer.Address] = {}
         for name, (obj, fp) in self.arrived.items():
-            if ns.get(name) is not obj:
-                continue  # rebound (an output) or deleted: the object itself goes back only if referenced
-            if transfer.fingerprint(obj) == fp:
-                refs[id(obj)] = name
-                continue
-            adopt[id(obj)] = name
-            if name not in outputs and (self.returns is None or name in self.returns):
+            bound = ns.get(name) is obj
+            unchanged = transfer.fingerprint(obj) == fp
+            if bound:
+                (refs if unchanged else adopt)[id(obj)] = name
+            if bound and not unchanged and name not in outputs and (self.returns is None or name in self.returns):
                 changed[name] = obj
+            for index, inside in self.inner[name].items():
+                address = (name, index)
+                same = unchanged or self.arrays.get(address, "") == transfer.fingerprint(inside)
+                (refs if same else adopt).setdefault(id(inside), address)
         return {**changed, **outputs}, refs, adopt
 
 
@@ -76,14 +91,17 @@ def load(store: Store, layout: JobLayout, spec: JobSpec, ns: dict[str, Any]) -> 
     for name, module in manifest.get("modules", {}).items():
         ns[name] = importlib.import_module(module)
     before = set(ns)
+    inner: dict[str, dict[int, Any]] = {}
     for name, digest in manifest.get("values", {}).items():
-        ns[name] = _fetch(store, digest, repr(name), ns)
-    inputs.watch(ns, [n for n in ns if n not in before])  # the inputs and the globals their functions brought
+        ns[name] = _fetch(store, digest, repr(name), ns, inner.setdefault(name, {}))
+    inputs.watch(ns, [n for n in ns if n not in before], inner)  # the inputs and the globals functions brought
     return inputs
 
 
-def _fetch(store: Store, digest: str, what: str, ns: dict[str, Any]) -> Any:
-    data = store.get(blob_key(digest))
-    if payload.digest_bytes(data) != digest:
-        raise signing.SignatureError(f"the blob of {what} does not match its address; refusing to load it")
-    return transfer.load_value(data, ns)
+def _fetch(store: Store, digest: str, what: str, ns: dict[str, Any], inner: dict[int, Any] | None = None) -> Any:
+    data = blobcache.get(digest)  # held, verified, by a session's warm parent
+    if data is None:
+        data = store.get(blob_key(digest))
+        if payload.digest_bytes(data) != digest:
+            raise signing.SignatureError(f"the blob of {what} does not match its address; refusing to load it")
+    return transfer.load_value(data, ns, inner)

@@ -18,9 +18,11 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from ..protocol import fence, payload, processes, signing
+from ..protocol import budget, fence, payload, processes, signing
 from ..protocol.env import python_mismatch
 from ..protocol.folder import JobFolder
 from ..protocol.job import (
@@ -28,6 +30,7 @@ from ..protocol.job import (
     ENV_CPUS,
     ENV_JOB_KEY,
     ENV_MACHINE,
+    ENV_WORKER,
     HEARTBEAT_SECONDS,
     JobLayout,
     JobSpec,
@@ -36,14 +39,15 @@ from ..protocol.job import (
     attempt_of,
     attempt_tag,
     split_job_url,
+    worker_id,
 )
 from ..protocol.metadata import metadata, on_gce
-from ..protocol.outcome import commit_terminal, error_summary, timeout_reason
+from ..protocol.outcome import commit_terminal, error_summary, holds_verdict, timeout_reason
 from ..store import NotFound, Store, open_store
-from . import gpu, preemption, spawn
+from . import cluster, files, gce, gpu, preemption, spawn
 from .checkpoints import local_root, restore, summary
 from .shipper import Shipper
-from .verdict import ERROR, Handoff, commit
+from .verdict import ERROR, RESULT, Handoff, commit
 
 CANCEL_POLL_SECONDS = 0.5
 KILL_GRACE_SECONDS = 3.0
@@ -53,9 +57,9 @@ class Identity:
     """Who this agent is: key, machine and attempt, handed over outside the Store."""
 
     def __init__(self) -> None:
-        key_hex = os.environ.get(ENV_JOB_KEY) or _metadata_attribute("nbburst-key")
+        key_hex = os.environ.get(ENV_JOB_KEY) or gce.vm_key()
         if not key_hex:
-            raise SystemExit("nbburst agent: no job key (neither $NBBURST_JOB_KEY nor instance metadata)")
+            raise SystemExit("nbburst agent: no job key (neither $NBBURST_JOB_KEY nor $NBBURST_HOME/job-key)")
         self.key = bytes.fromhex(key_hex)
         self.machine = os.environ.get(ENV_MACHINE) or _metadata("instance/name") or "unknown"
         self.attempt = attempt_of(os.environ.get(ENV_ATTEMPT) or _metadata_attribute("nbburst-attempt") or "1")
@@ -74,18 +78,23 @@ def load_spec(store: Store, layout: JobLayout, key: bytes) -> JobSpec:
 
 
 class Agent:
+    #: What ships the cell's output (a session's controller also wakes the waiting client: agent/session.py).
+    shipper_class = Shipper
+
     def __init__(self, store: Store, layout: JobLayout, spec: JobSpec, ident: Identity):
         self.store, self.layout, self.spec, self.ident = store, layout, spec, ident
         self.attempt = ident.attempt
         self.status = Status(attempt=self.attempt, state=State.RUNNING, machine=ident.machine)
         self.status_lock = threading.Lock()
         self.folder = JobFolder(store, layout, ident.key)  # every object of the job, sealed to its place
-        self.shipper = Shipper(self.folder, self.attempt, on_event=self._on_event)
+        self.shipper = self.shipper_class(self.folder, self.attempt, on_event=self._on_event)
         self.runner_pid: int | None = None
         self._killer: threading.Timer | None = None
         self.stop_reason: tuple[State, str] | None = None
         self.superseded = False  # a later attempt was claimed: this one commits nothing (protocol/fence.py)
         self.deadline = store.updated(layout.spec) + spec.timeout_s  # by the Store's clock, as the spec was written
+        self.workdir = ""  # the cell's working folder (set in run)
+        self.budget_stop: float | None = None  # when the budget left for this attempt is spent (set in run)
         self.done = threading.Event()
         self.control = preemption.Control()  # the runner's control pipe (preemption notice, sync)
 
@@ -111,6 +120,9 @@ class Agent:
         if event.get("s") == "progress":
             with self.status_lock:
                 self.status.progress = {k: event.get(k) for k in ("done", "total", "desc")}
+        elif event.get("s") == "phase":  # reporting.phase: loading inputs, importing...
+            with self.status_lock:
+                self.status.message = str(event.get("x") or "")
 
     def commit_terminal(self, state: State, reason: str = "") -> State:
         """Write the job's end once; if someone else ended it first, theirs stands. A superseded attempt
@@ -121,15 +133,23 @@ class Agent:
         statuses = [s for s in earlier if s.attempt != self.attempt] + [self.status]  # ours is the freshest
         return commit_terminal(self.folder, self.spec, state, reason, self.attempt, "agent", statuses)
 
+    def _budget_reason(self) -> str:
+        statuses = [s for s in self.folder.statuses(strict=False) if s.attempt != self.attempt] + [self.status]
+        return budget.reached(self.spec.budget_usd or 0.0, budget.spent(self.spec, statuses))
+
     def fenced(self) -> bool:
         """Whether a later attempt has been claimed; if so, the runner is ended at once (it must not run beside
         the next attempt) and this attempt commits nothing from now on."""
-        if not self.superseded and fence.superseded(self.store, self.layout, self.attempt):
+        if not self.superseded and fence.superseded(self.folder, self.attempt):
             self.superseded = True
             self.shipper.event(f"nbburst: attempt {self.attempt + 1} has taken over; attempt {self.attempt} stops")
             if self.runner_pid is not None:
                 _kill_group(self.runner_pid)
         return self.superseded
+
+    def sweep(self, attempts: Callable[[int], bool]) -> None:
+        """End the processes of these attempts of the job left on this machine (by their marker)."""
+        processes.sweep(self.spec.job_id, attempts)
 
     # -- watchdog -------------------------------------------------------------
     def _watch(self) -> None:
@@ -140,6 +160,9 @@ class Agent:
                     self.stop_runner(State.CANCELLED, "cancelled by the user")
                 elif self.stop_reason is None and self.store.now() > self.deadline:
                     self.stop_runner(State.FAILED, timeout_reason(self.spec))
+                elif self.stop_reason is None and self.budget_stop is not None and time.time() > self.budget_stop:
+                    self.control.ask("sync", preemption.budget())  # its checkpoints up first: --resume continues it
+                    self.stop_runner(State.FAILED, self._budget_reason())
                 if time.monotonic() - last_beat >= HEARTBEAT_SECONDS and not self.fenced():
                     self.write_status()
                     last_beat = time.monotonic()
@@ -179,22 +202,28 @@ class Agent:
             sync(self.store, self.layout, self.ident.key, self.shipper)
         if self.folder.cancel_requested():
             return self.commit_terminal(State.CANCELLED, "cancelled before it started")
-        if self.folder.holds(self.layout.result):  # an earlier attempt finished; its machine died before saying so
+        if holds_verdict(self.folder, self.layout.result):  # an earlier attempt's; it died before its verdict
             return self._finish()
-        processes.sweep(self.spec.job_id, lambda n: n < self.attempt)  # an earlier attempt's leftovers on this machine
+        self.sweep(lambda n: n < self.attempt)  # an earlier attempt's leftovers on this machine
         _pin_cpus()
         workdir = os.path.join(os.getcwd(), "work", self.spec.job_id)
         os.makedirs(workdir, exist_ok=True)
+        self.workdir = workdir
+        files.baseline(Path(workdir))  # what the cell finds there: only what it creates or changes comes back
         checkpoints = local_root(workdir)
         handoff = Handoff(os.path.join(os.getcwd(), "work", f".{self.spec.job_id}.verdict"))
         handoff.clear()
         self.write_status(state=State.PROVISIONING, message="restoring checkpoints", launched=self.launched())
+        earlier = [s for s in self.folder.statuses(strict=False) if s.attempt < self.attempt]
+        self.budget_stop = budget.stop_time(self.spec, earlier, self.status.launched)
         try:
             restored = restore(self.store, self.layout, self.ident.key, checkpoints)
         except signing.SignatureError as exc:
             self.shipper.event(f"nbburst: refusing to resume: {exc}")
             self.shipper.flush()
             return self.commit_terminal(State.FAILED, str(exc))
+        if self.attempt == 1 and self.spec.resumed_from:
+            self.shipper.event(f"nbburst: resuming job {self.spec.resumed_from}: {summary(restored)}")
         if self.attempt > 1:
             self.shipper.event(
                 f"nbburst: attempt {self.attempt} on {self.ident.machine}, resuming from {summary(restored)}"
@@ -202,6 +231,9 @@ class Agent:
         if self.stop_reason is not None or self.fenced():  # preempted, cancelled, out of time or taken over
             self.shipper.flush()
             return self._finish()
+        scheduler = self._start_scheduler() if self.spec.resources.workers else None  # --workers: agent/cluster.py
+        if self.spec.resources.workers and scheduler is None:
+            return self.commit_terminal(State.FAILED, "the Dask scheduler for --workers did not start")
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         ev_r, ev_w = os.pipe()
@@ -238,12 +270,37 @@ class Agent:
         # The job is over for whatever the cell left behind, in its group or out of it (setsid, double fork):
         # then nothing holds the output pipes open any more.
         _kill_group(pid)
-        processes.sweep(self.spec.job_id, lambda n: n == self.attempt)
+        if scheduler is not None:
+            scheduler.stop()
+        self.sweep(lambda n: n == self.attempt)
         self.control.close()
         self.shipper.join(timeout=10)
         self.done.set()
         watchdog.join()
         return self._finish(wait_status, handoff)
+
+    def _start_scheduler(self) -> cluster.Scheduler | None:
+        try:
+            scheduler = cluster.start_scheduler(
+                self.folder, self.spec, self.attempt, attempt_tag(self.spec.job_id, self.attempt)
+            )
+        except Exception as exc:
+            self.shipper.event(f"nbburst: {exc}")
+            self.shipper.flush()
+            return None
+        self.shipper.event(f"nbburst: Dask scheduler at {scheduler.address} for {self.spec.resources.workers} workers")
+        return scheduler
+
+    def _keep_files(self) -> None:
+        """The files the cell wrote in its working folder, to the job's folder in the Store (before the verdict)."""
+        try:
+            kept = files.keep(self.folder, self.spec, Path(self.workdir), self.attempt)
+        except Exception as exc:  # the cell's values matter more than its files: say so, and go on
+            self.shipper.event(f"nbburst: could not keep the files the cell wrote ({type(exc).__name__}: {exc})")
+        else:
+            if kept:
+                self.shipper.event(f"nbburst: kept {kept} file(s) the cell wrote in its working folder")
+        self.shipper.flush()
 
     def _env(self) -> dict[str, Any]:
         import json
@@ -260,16 +317,20 @@ class Agent:
         verdict = handoff.taken() if handoff is not None else None
         if self.fenced():
             return State.PREEMPTED
+        if handoff is not None and (
+            verdict is not None or (self.stop_reason and self.stop_reason[0] != State.PREEMPTED)
+        ):
+            self._keep_files()  # the cell's own end (a preempted attempt's files stay: the next one writes them)
         if verdict is not None:
-            commit(self.folder, *verdict)
-        if self.store.exists(self.layout.result):
+            commit(self.folder, *verdict, self.attempt)
+        if (verdict is not None and verdict[0] == RESULT) or holds_verdict(self.folder, self.layout.result):
             state = self.commit_terminal(State.SUCCEEDED)
         elif self.stop_reason is not None and self.stop_reason[0] == State.PREEMPTED:
             self.write_status(state=State.PREEMPTED, message=self.stop_reason[1])
             return State.PREEMPTED
         elif self.stop_reason is not None:
             state = self.commit_terminal(*self.stop_reason)
-        elif (verdict is not None and verdict[0] == ERROR) or self.store.exists(self.layout.error):
+        elif (verdict is not None and verdict[0] == ERROR) or holds_verdict(self.folder, self.layout.error):
             state = self.commit_terminal(State.FAILED, error_summary(self.store, self.layout, self.ident.key))
         elif wait_status is not None and _exit_code(wait_status) == spawn.EXIT_ORPHANED:
             self.write_status(state=State.PREEMPTED, message="the cell's process lost its agent")
@@ -318,7 +379,9 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         raise SystemExit(f"nbburst agent: {exc}") from None
     ident = Identity()
-    spawn.ensure_marked(attempt_tag(job_id, ident.attempt), argv)  # every process of the attempt carries it
+    worker = os.environ.get(ENV_WORKER) or _metadata_attribute("nbburst-worker")  # a --workers job's worker machine
+    marker = job_id if worker is None else worker_id(job_id, int(worker))
+    spawn.ensure_marked(attempt_tag(marker, ident.attempt), argv)  # every process of the attempt carries it
     store = open_store(root)
     layout = JobLayout(job_id)
     try:
@@ -331,9 +394,18 @@ def main(argv: list[str]) -> int:
     if store.exists(layout.terminal):
         end_machine()
         return 0
+    if worker is not None:
+        cluster.serve_worker(JobFolder(store, layout, ident.key), spec, ident.machine)
+        end_machine()
+        return 0
     agent = Agent(store, layout, spec, ident)
     preemption.install(agent)  # SIGTERM and the metadata server's notices: soft-off (see preemption.py)
-    state = agent.run()
+    try:
+        state = agent.run()
+    except signing.SignatureError as exc:  # an object the job needs was forged: every attempt would meet it
+        agent.shipper.event(f"nbburst: refusing to go on: {exc}")
+        agent.shipper.flush()
+        state = agent.commit_terminal(State.FAILED, str(exc))
     if state.terminal:
         from .envsync import settle
 

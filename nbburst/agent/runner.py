@@ -22,6 +22,7 @@ from ..protocol import payload, signing, transfer
 from ..protocol.job import JobLayout, JobSpec, blob_key
 from ..store import Store
 from .channel import Channel, ChannelStream, flush_c_streams
+from .cluster import connect as connect_cluster
 from .inputs import Inputs
 from .inputs import load as load_inputs
 from .shell import ZMQInteractiveShell
@@ -84,9 +85,12 @@ def run(
     from .tqdm_hook import install as install_tqdm_hook  # tqdm bars in the cell feed the job's progress
 
     install_tqdm_hook()
+    from .joblib_hook import install as install_joblib_hook  # so do joblib's tasks (scikit-learn's fits)
+
+    install_joblib_hook()
     from .checkpoints import start_in_runner  # nbburst.checkpoint, joblib resume, preemption notices
 
-    start_in_runner(store, layout, key, channel, control_fd)
+    syncer = start_in_runner(store, layout, key, channel, control_fd)
     stop = threading.Event()
     threading.Thread(target=_periodic_c_flush, args=(stop,), daemon=True).start()
     filename = cell_filename(spec.job_id)
@@ -94,10 +98,13 @@ def run(
     ns: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins, "__doc__": _KERNEL_DOC}
     sys.stdout, sys.stderr = ChannelStream(channel, "stdout", 1), ChannelStream(channel, "stderr", 2)
     try:
+        reporting.phase("loading inputs and importing their modules")
         shell = start_shell(ns, channel, filename)  # before the inputs: unpickling may import matplotlib
         inputs = load_inputs(store, layout, spec, ns)
         materialise_files(store, layout, spec)
         inputs.begin()  # the kernel's process state, in force from here on
+        reporting.phase("")
+        connect_cluster()  # --workers: the default Dask client, and Dask as joblib's default backend
         if spec.kind == "call":
             fn, args, kwargs = ns.pop("__fn__"), ns.pop("__args__"), ns.pop("__kwargs__")
             outcome = {"values": {}, "deleted": [], "has_last": True, "last": fn(*args, **kwargs)}
@@ -107,11 +114,19 @@ def run(
         stop.set()
         if orphaned():  # e.g. a broken pipe to the agent that is gone: not the cell's doing
             return EXIT_ORPHANED
+        _final_sync(syncer)
         _commit_error(handoff, exc, filename)
         return EXIT_ERROR
     stop.set()
+    _final_sync(syncer)
     _commit_result(handoff, outcome, inputs, ns)
     return EXIT_RESULT
+
+
+def _final_sync(syncer: Any) -> None:
+    """The cell's last checkpoints up before its verdict: a later job may resume from them (--resume)."""
+    if syncer is not None:
+        syncer.flush()
 
 
 def run_cell(code: str, spec: JobSpec, ns: dict[str, Any], shell: ZMQInteractiveShell) -> dict[str, Any]:

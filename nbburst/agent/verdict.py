@@ -3,8 +3,8 @@
 The runner writes what the cell gave back (its values, or the exception it
 raised) to a file of the attempt on the machine's disk, atomically, and exits.
 The controller then checks that its attempt still holds (:mod:`..protocol.fence`)
-and commits the file, sealed to its place and create-only, as ``result.pkl`` or
-``error.pkl``. So a runner whose controller is gone (``kill -9``, a machine
+and commits the file, sealed to its place and attempt and create-only, as
+``result.pkl`` or ``error.pkl``. So a runner whose controller is gone (``kill -9``, a machine
 going away) commits nothing, and an infrastructure failure (a broken pipe to a
 dead controller) is never signed as the cell's error.
 """
@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
-from ..protocol import sealed
+from ..protocol import outcome, sealed
 from ..protocol.folder import JobFolder
-from ..store import AlreadyExists
+from ..store import AlreadyExists, NotFound
 
 RESULT, ERROR = "result", "error"
 
@@ -51,12 +52,26 @@ class Handoff:
         return None
 
 
-def commit(folder: JobFolder, kind: str, path: Path) -> None:
-    """Upload a verdict file as the job's ``result.pkl`` or ``error.pkl``: sealed to its place, create-only
-    (one written by another attempt first stands: a cell's outcome is the cell's, whichever attempt ran it)."""
+def commit(folder: JobFolder, kind: str, path: Path, attempt: int) -> None:
+    """Upload a verdict file as the job's ``result.pkl`` or ``error.pkl``: sealed to its place at ``attempt``,
+    create-only. What is in the way decides: our own (a retried write whose success went unseen) or a later
+    attempt's stands; so does an earlier attempt's that counts (a cell's outcome is the cell's, whichever attempt
+    ran it); a superseded attempt's, or one planted without the job's key, is replaced (and reported)."""
     key = folder.layout.result if kind == RESULT else folder.layout.error
-    chunks = sealed.seal_file(folder.key, folder.job_id, folder.place(key), path, 0)
+
+    def chunks() -> Iterator[bytes]:
+        return sealed.seal_file(folder.key, folder.job_id, folder.place(key), path, attempt)
+
     try:
-        folder.store.put_chunks(key, chunks, create=True)
+        folder.store.put_chunks(key, chunks(), create=True)
+        return
     except AlreadyExists:
         pass
+    try:
+        outcome.verdict_object(folder, key)
+        return
+    except NotFound:
+        pass  # deleted meanwhile
+    except sealed.Refused as exc:
+        folder.report(f"{exc}; replacing it with attempt {attempt}'s")
+    folder.store.put_chunks(key, chunks())

@@ -23,7 +23,7 @@ from ..errors import CaptureError, JobCancelled, JobFailed, JobNotFound, RemoteE
 from ..machines import Machines, open_machines
 from ..machines.base import GONE, STOPPED, machine_name
 from ..options import Options, file_destination
-from ..protocol import backends, fence, payload, pricing, signing, transfer
+from ..protocol import backends, budget, fence, payload, pricing, signing, transfer
 from ..protocol import state as process_state
 from ..protocol.env import manifest
 from ..protocol.folder import JobFolder
@@ -46,10 +46,11 @@ from ..protocol.job import (
     record_text,
     valid_job_id,
 )
-from ..protocol.outcome import commit_terminal, read_error
+from ..protocol.outcome import commit_terminal, holds_verdict, read_error, verdict_object
 from ..store import AlreadyExists, NotFound, Store, open_store
-from . import background
+from . import background, files, resume, workers
 from .capture import Capture, unpicklable_message
+from .session import Session, Sessions
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor  # it imports this module: made lazily in Job.supervisor
@@ -68,6 +69,7 @@ class Burst:
         self.keyring = signing.KeyRing(config.state_dir(self.settings) / "keys")
         self._handles: dict[tuple[str, str], Job] = {}  # (store url, job id) -> the job's handle
         self._handles_lock = threading.Lock()
+        self.sessions = Sessions(self)
 
     # -- ports ----------------------------------------------------------------
     def store_for(self, backend: str | None = None) -> Store:
@@ -92,6 +94,7 @@ class Burst:
         kwargs.setdefault("timeout", self.settings.timeout)
         kwargs.setdefault("max_restarts", self.settings.max_restarts)
         kwargs.setdefault("fallback_on_demand", self.settings.fallback_on_demand)
+        kwargs.setdefault("budget", self.settings.budget or None)
         return Options.build(**kwargs)
 
     # -- submission -------------------------------------------------------------
@@ -99,6 +102,7 @@ class Burst:
         """Submit an (IPython-transformed) cell whose inputs were captured; its values come back to
         the namespace they were captured from."""
         extra = {"submodules": cap.submodules, "track": True, "returns": cap.returns}
+        options = cap.staged(options)  # the files beside the notebook that the cell names
         job = self._submit(
             "cell", code, cap.values, cap.modules, options, cap.outputs, cap.deletes, extra, cap.optional, cap.namespace
         )
@@ -127,14 +131,18 @@ class Burst:
     ) -> Job:
         """``extra``: more entries of inputs.json (submodules, which inputs to watch); ``optional``: values
         that stay behind if they cannot be pickled; ``namespace``: where the values come from."""
+        session = self.sessions.for_cell(options)  # a warm session's machine, up (client/session.py), if any
         machines = self.machines(options.backend)
         plan = machines.plan(options.resources)  # refuses what the backend cannot do, before anything else
         machines.check_environment(code, modules.values())  # and a package the cell needs that it cannot install
         pricing.price_plan(plan, options.backend, self.settings)
-        encoded = _encode_all(values, optional, namespace)
+        budget.check_plan(options.budget_usd, plan, options.backend)  # one that cannot boot the machine: refused
+        store = self.store_for(options.backend)
+        source = self._resume_source(store, options.resume)
+        inner: dict[str, dict[int, Any]] = {}  # the objects inside each input: results may refer to them
+        encoded = _encode_all(values, optional, namespace, inner)
         inputs = {"modules": modules, **extra, "state": _encode_state()}
         files = _check_files(options.files)
-        store = self.store_for(options.backend)
         if options.name and self._find_by_name(store, options.name, running_only=True):
             raise UsageError(f"--name: a job called {options.name!r} is still running; pick another name")
         job_id = new_job_id()
@@ -144,11 +152,15 @@ class Burst:
             spec = self._write_job(
                 store, layout, key, kind, code, encoded, inputs, files, options, outputs, deletes, plan.to_dict()
             )
+            if source is not None:  # its checkpoints, verified and sealed again for this job, before it starts
+                resume.carry_over(source.folder, JobFolder(store, layout, key))
         except BaseException:
             store.delete_prefix(layout.prefix)  # no half-written job
             self.keyring.delete(job_id)
             raise
         job = self.handle(store, job_id, spec)
+        job.inner = inner
+        job.session = session
         job.launch(attempt=1)
         if self.settings.background_supervisor and not backends.is_remote(options.backend):
             background.ensure(self.settings, store.url)  # machines that only a supervisor on this computer relaunches
@@ -199,9 +211,33 @@ class Burst:
             python=manifest()["python"],
             digests=digests,
             plan=plan,
+            resumed_from=options.resume or "",
+            budget_usd=options.budget_usd,
         )
         JobFolder(store, layout, key).create_record(layout.spec, spec.to_json())  # written last: now the job exists
         return spec
+
+    def _resume_source(self, store: Store, ref: str | None) -> Job | None:
+        """The job ``--resume`` names, in ``store``; refused before anything is written when it is unknown, has no
+        checkpoints, or cannot be verified here."""
+        if ref is None:
+            return None
+        if valid_job_id(ref) and store.exists(JobLayout(ref).spec):
+            source = self.handle(store, ref)
+        else:
+            source = self._find_by_name(store, ref)
+        if source is None:
+            raise resume.ResumeRefused(
+                f"--resume: no job with id or name {ref!r} in {store.url}; `%burst jobs` lists them"
+            )
+        try:
+            source.spec  # noqa: B018 - verifies the job is this key ring's and genuine
+        except signing.SignatureError as exc:
+            raise resume.ResumeRefused(
+                f"--resume: job {ref} cannot be verified here, so neither can its checkpoints: {exc}"
+            ) from None
+        resume.check_source(source.folder)
+        return source
 
     # -- lookup -----------------------------------------------------------------
     def handle(self, store: Store, job_id: str, spec: JobSpec | None = None) -> Job:
@@ -252,11 +288,14 @@ class Burst:
 
 
 def _encode_all(
-    values: dict[str, Any], optional: frozenset[str] = frozenset(), namespace: dict[str, Any] | None = None
+    values: dict[str, Any],
+    optional: frozenset[str] = frozenset(),
+    namespace: dict[str, Any] | None = None,
+    inner: dict[str, dict[int, Any]] | None = None,
 ) -> dict[str, payload.Encoded]:
     """Every input as a blob (see :func:`transfer.encode_inputs`); one that cannot be pickled stops the
     submission, naming it, unless it is ``optional``."""
-    encoded, failed = transfer.encode_inputs(values, optional, namespace)
+    encoded, failed = transfer.encode_inputs(values, optional, namespace, inner)
     for name, exc in failed.items():
         if name not in optional:
             shown = "a function argument" if name.startswith("__") else name
@@ -316,10 +355,11 @@ class CellResult:
     failed: dict[str, str] = field(default_factory=dict)  # name -> why it could not come back (also in warnings)
 
     @classmethod
-    def load(cls, data: bytes, namespace: dict[str, Any]) -> CellResult:
+    def load(cls, data: bytes, namespace: dict[str, Any], inner: dict[str, dict[int, Any]] | None = None) -> CellResult:
         """Unpickle a result into ``namespace``'s terms (see :mod:`nbburst.protocol.transfer`): value by
-        value, so one that cannot come back is a warning, not the loss of the others."""
-        loaded = transfer.load_values(data, namespace)
+        value, so one that cannot come back is a warning, not the loss of the others. ``inner``: the objects
+        inside the inputs as they were sent, which the result may update in place."""
+        loaded = transfer.load_values(data, namespace, inner)
         meta, values = loaded.meta, loaded.values
         has_last = meta["has_last"] and transfer.LAST in values
         last = values.pop(transfer.LAST, None)
@@ -354,10 +394,13 @@ class Job:
         self.layout = JobLayout(job_id)
         self._spec = spec
         self.namespace: dict[str, Any] | None = None  # where a cell's values come back to (set at submission)
+        self.inner: dict[str, dict[int, Any]] = {}  # objects inside its inputs as sent (set at submission)
         self._described: tuple[str, float, str] | None = None  # (machine, when, its state): describe() cache
         self._cleaned_up = False
         self._supervisor: Supervisor | None = None
         self._folder: JobFolder | None = None
+        self.session: Session | None = None  # the warm session its first attempt runs on
+        self.wake: Callable[[float], None] | None = None  # what wait() sleeps on (a session's news), else time
 
     def __repr__(self) -> str:
         # No state here: a repr stays frozen in the notebook's Out while the job moves on.
@@ -400,7 +443,7 @@ class Job:
     def terminal(self) -> Terminal | None:
         """The job's verdict, unless an attempt wrote it after a later one was claimed (protocol/fence.py)."""
         terminal = self.folder.terminal()
-        if terminal is not None and not fence.stands(self.store, self.layout, terminal.attempt, self.layout.terminal):
+        if terminal is not None and not fence.stands(self.folder, terminal.attempt, self.layout.terminal):
             return None
         return terminal
 
@@ -479,13 +522,14 @@ class Job:
         claim = Status(
             attempt=attempt,
             state=State.PROVISIONING,
-            machine=machine_name(self.id),
+            machine=self.session.machine if self.session and attempt == 1 else machine_name(self.id),
             message=f"starting {self.spec.plan.get('machine_type', 'machine')}",
         )
         self.folder.put_status(claim, create=True)
-        fence.claim(self.store, self.layout, attempt)
+        fence.claim(self.folder, attempt)
         try:
             self.start_machine(claim, self.spec)
+            workers.launch_all(self)  # --workers: the worker machines, beside the job's
         except Exception as exc:
             reason = f"could not start the machine: {exc}"
             self.commit(State.FAILED, reason, by="client")
@@ -495,9 +539,13 @@ class Job:
         """Launch (attempt 1) or restart the machine of a claimed attempt, then record when it started.
 
         Shared by the first launch and the supervisor's relaunches. The launch time is
-        written only if the agent has not reported yet: its status is fresher.
+        written only if the agent has not reported yet: its status is fresher. With a budget, the
+        machine gets what is left of it (:func:`~nbburst.protocol.budget.for_launch`).
         """
-        if claim.attempt == 1:
+        spec = budget.for_launch(spec, [s for s in self.statuses() if s.attempt < claim.attempt])
+        if claim.attempt == 1 and self.session is not None:
+            self.session.launch(self, claim.attempt)  # its warm machine forks the cell's controller
+        elif claim.attempt == 1:
             self.machines.launch(spec, self.url, self.key(), claim.attempt)
         else:
             self.machines.restart(claim.machine, spec, self.url, self.key(), claim.attempt)
@@ -523,6 +571,12 @@ class Job:
         except Exception:  # a cost estimate must never break a job's bookkeeping
             return pricing.cost(pricing.Breakdown(), 0.0)
 
+    def budget_spent(self) -> str:
+        """Why the job may not run on (its budget cannot buy another boot); "" while it may, or without a cap."""
+        if self.spec.budget_usd is None:
+            return ""
+        return budget.exhausted(self.spec, self.statuses())
+
     def supervise(self) -> State:
         """Relaunch the job if its machine vanished without a verdict (preemption); returns its state.
 
@@ -533,6 +587,7 @@ class Job:
             self._cleaned_up = True
             try:  # the agent removes its machine; this covers a VM that could only power itself off
                 self.machines.cleanup(self.machine_of())
+                workers.end_all(self)
             except Exception:
                 pass
         return state
@@ -592,7 +647,7 @@ class Job:
                 else max(self.store.min_poll_seconds, self.burst.settings.poll_interval)
             )
             delay = 0.005 if got else min(delay * 2, ceiling)
-            time.sleep(delay)
+            (self.wake or time.sleep)(delay)
 
     def logs(self, attempt: int | None = None) -> str:
         """The job's output as text (all attempts, or one)."""
@@ -615,6 +670,7 @@ class Job:
             time.sleep(0.1)
         state = self.commit(State.CANCELLED, "cancelled by the user", by="client")
         self.machines.delete(machine_name(self.id))
+        workers.end_all(self)
         return state
 
     def preempt(self, grace_s: float = 3.0) -> None:
@@ -638,12 +694,16 @@ class Job:
         __tracebackhide__ = True
         state = self.state
         if state == State.SUCCEEDED:
-            data = self.folder.get_object(self.layout.result)
+            try:  # sealed at the attempt that held the job: a superseded attempt's or a forged one is refused
+                data = verdict_object(self.folder, self.layout.result)[1]
+            except NotFound:
+                missing = f"job {self.id} succeeded but its result.pkl is missing from the Store"
+                raise JobFailed(missing, state.value) from None
             target = namespace if namespace is not None else self.namespace
-            return CellResult.load(data, target if target is not None else user_namespace())
+            return CellResult.load(data, target if target is not None else user_namespace(), self.inner)
         if not state.terminal:
             raise JobFailed(f"job {self.id} has not finished (it is {state.value})", state.value)
-        if self.store.exists(self.layout.error) and state == State.FAILED:
+        if state == State.FAILED and holds_verdict(self.folder, self.layout.error):  # not a superseded one
             raise_remote(self.remote_error())
         reason = self.terminal().reason if self.terminal() else state.value  # type: ignore[union-attr]
         if state == State.CANCELLED:
@@ -659,6 +719,24 @@ class Job:
         if not state.terminal:
             raise TimeoutError(f"job {self.id} is still {state.value} after {timeout} s")
         return self.value_of(self.outcome())
+
+    def files(self) -> dict[str, int]:
+        """The files the cell wrote in its working folder and the job kept in the Store: path -> size."""
+        return {rel: entry.size for rel, entry in files.listing(self.folder).items()}
+
+    def download(self, dest: str | Path = ".", limit: int | None = None) -> files.Arrival:
+        """Fetch the files the cell wrote into ``dest`` (a local file changed since the cell started is kept,
+        and the machine's copy put beside it); over ``limit`` bytes, nothing is fetched (see the Arrival)."""
+        return files.download(self.folder, dest, self.spec.created, limit)
+
+    def bring_back(self, dest: str | Path = ".") -> list[str]:
+        """After the cell: its files into ``dest`` (the kernel's working folder), up to the configured limit;
+        returns what to tell the user."""
+        limit = int(self.burst.settings.files_limit_gb * files.GIB)
+        try:
+            return self.download(dest, limit).lines(self.spec.name)
+        except (OSError, signing.SignatureError) as exc:
+            return [f"the files the cell wrote could not come back ({exc}); `%burst download {self.id}` tries again"]
 
     def value_of(self, outcome: CellResult) -> Any:
         """What the job gives back: a ``submit`` call's return value, or a cell's variables."""
@@ -708,6 +786,8 @@ class Job:
             "saving_usd": round(cost["saving"], 4),
             "cost": cost,
             "progress": status.progress if status else None,
+            "budget": budget.view(self.spec.budget_usd, cost["total"]),
+            "resumed_from": self.spec.resumed_from or None,
             "message": (terminal.reason if terminal else status.message if status else ""),
         }
 
@@ -738,6 +818,8 @@ def unverified_info(job_id: str, why: signing.SignatureError) -> dict[str, Any]:
         "saving_usd": 0.0,
         "cost": None,
         "progress": None,
+        "budget": None,
+        "resumed_from": None,
         "message": f"cannot verify: {reason}",
     }
 

@@ -1,7 +1,11 @@
 """What a cell reads and what it assigns, from its syntax tree.
 
 Inputs are the names the cell may read before it assigns them and that exist
-in the user namespace; outputs are the names it binds at top level. The rule
+in the user namespace; outputs are the names it binds at top level. Files are
+inputs too: a relative path the cell (or a notebook function it uses) writes
+as a string, naming a file in the kernel's working folder, is placed at the
+same relative path in the cell's working folder on the machine (as ``--files``
+would), so ``read_csv("data.csv")`` beside the notebook reads the same file. The rule
 for inputs errs on the side of sending a value: a name assigned only in a
 branch, or read inside a function body, still counts as read. Sending a value
 too many costs an upload; sending one too few would make the remote cell fail
@@ -11,14 +15,17 @@ or, worse, silently read a stale value.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 import symtable
 import types
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..options import Options, file_destination
 from ..protocol.imports import loaded_submodules
 from ..protocol.transfer import names_in
 from .cellcode import check_syntax, dynamic, embedded
@@ -27,6 +34,8 @@ from .cellcode import check_syntax, dynamic, embedded
 # Other names IPython puts in the namespace (display, exit, open, In...) are left out only while they
 # still hold IPython's own object: a user's ``display = ConfusionMatrixDisplay(...)`` travels.
 _HISTORY = re.compile(r"^(_|__|___|_i|_ii|_iii|_i\d+|_\d+|_ih|_oh|_dh)$")
+#: A file the cell names is placed on the machine up to this size; a bigger one needs ``--files``.
+NAMED_FILE_LIMIT = 1 << 30
 
 
 @dataclass
@@ -202,6 +211,13 @@ class Capture:
     returns: list[str] | None = None  # inputs whose in-place changes may come back (None: all)
     namespace: dict[str, Any] | None = None  # where the values come back to
     optional: frozenset[str] = frozenset()  # values only named in strings: sent if they can be pickled
+    files: list[str] = field(default_factory=list)  # files the cell names, relative to the kernel's folder
+
+    def staged(self, options: Options) -> Options:
+        """``options`` with the files the cell names added to ``--files`` (unless one lands there already)."""
+        taken = {file_destination(raw) for raw in options.files}
+        named = [rel for rel in self.files if file_destination(rel) not in taken]
+        return dataclasses.replace(options, files=[*options.files, *named]) if named else options
 
 
 def capture(
@@ -239,7 +255,38 @@ def capture(
         result.outputs = outputs
     result.deletes = list(analysis.deletes)  # the machine reports which are really gone
     result.submodules = loaded_submodules(_packages(tree, result))
+    result.files = _files_named(tree, result.values.values())
     return result
+
+
+def _strings(tree: ast.AST, values: Any) -> Iterator[str]:
+    """The cell's string constants, and those of the notebook functions it uses (a default path...)."""
+    yield from (n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str))
+    functions = [v for v in values if isinstance(v, types.FunctionType) and v.__module__ == "__main__"]
+    for f in functions:
+        yield from (d for d in (*(f.__defaults__ or ()), *(f.__kwdefaults__ or {}).values()) if isinstance(d, str))
+    codes = [f.__code__ for f in functions]
+    while codes:
+        consts = codes.pop().co_consts
+        yield from (c for c in consts if isinstance(c, str))
+        codes += [c for c in consts if isinstance(c, types.CodeType)]
+
+
+def _files_named(tree: ast.AST, values: Any) -> list[str]:
+    """Relative paths, among the strings the cell may use, of files in the kernel's working folder."""
+    found: dict[str, None] = {}
+    for text in _strings(tree, values):
+        if not text.strip() or len(text) > 1024 or "\n" in text or text.startswith("~"):
+            continue
+        path = Path(text)
+        if path.is_absolute() or ".." in path.parts:
+            continue  # an absolute path is the same on this computer; elsewhere, --files says where it goes
+        try:
+            if path.is_file() and path.stat().st_size <= NAMED_FILE_LIMIT:
+                found.setdefault(text)
+        except (OSError, ValueError):  # a name too long, a NUL byte
+            continue
+    return list(found)
 
 
 def _named_in_strings(tree: ast.AST) -> list[str]:

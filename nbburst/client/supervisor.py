@@ -43,12 +43,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..machines.base import GONE, STOPPED, NoCapacity, machine_name
-from ..protocol import fence
+from ..protocol import fence, sealed
 from ..protocol.job import STALE_AFTER_SECONDS, State, Status
-from ..protocol.outcome import error_summary, timeout_reason
+from ..protocol.outcome import error_summary, holds_verdict, timeout_reason
 from ..protocol.signing import SignatureError
 from ..store import AlreadyExists, NotFound
 from ..store.base import elapsed
+from . import workers
 
 if TYPE_CHECKING:
     from .burst import Burst, Job
@@ -94,7 +95,8 @@ class Lease:
 
     def current(self) -> tuple[int, dict[str, Any]] | None:
         """The newest lease record. A listed record that vanished was deleted by a newer holder: list again,
-        never fall back to an older one (its successor's number is free again, and would be taken twice)."""
+        never fall back to an older one (its successor's number is free again, and would be taken twice). A
+        planted one (not sealed under the job's key) names nobody: it is removed, and the list read again."""
         while True:
             for key in reversed(self.store.list(self.prefix)):
                 try:
@@ -103,6 +105,10 @@ class Lease:
                     break
                 except ValueError:
                     continue
+                except sealed.Refused as exc:  # planted without the job's key: it names nobody, and goes
+                    self.folder.report(f"{exc}; removing it")
+                    self.store.delete(key)
+                    break
                 return int(key.rsplit("/", 1)[1].split(".")[0]), body
             else:
                 return None
@@ -181,6 +187,7 @@ class Supervisor:
         self.job = job
         self.lease = Lease(job, holder)
         self.ended = False
+        self.workers: workers.Replacer | None = None  # a --workers job's, made on first use
 
     # -- state ---------------------------------------------------------------------------------
     def step(self) -> State:
@@ -197,6 +204,8 @@ class Supervisor:
                 return State.SUBMITTED
             # the submitter died between writing the job and claiming its first attempt
             return self._relaunch(None) if self.lease.acquire() else State.SUBMITTED
+        if state == State.RUNNING and job.spec.resources.workers:
+            self._replace_workers()
         if state != State.PREEMPTED:
             return state
         if job.machine_state(status, max_age=0.5) not in (GONE, STOPPED):
@@ -204,6 +213,18 @@ class Supervisor:
         if not self.lease.acquire():
             return state  # another supervisor has it
         return self._relaunch(status)
+
+    def _replace_workers(self) -> None:
+        """Launch lost worker machines again (under the lease: one supervisor does it); Dask reschedules."""
+        self.workers = self.workers or workers.Replacer(self.job)
+        lost = self.workers.lost()
+        if lost and self.lease.acquire():
+            try:
+                self.workers.replace(lost)
+            except Exception as exc:  # the job goes on with the workers it has; the next round tries again
+                print(f"nbburst: job {self.job.id}: could not relaunch worker machines {lost}: {exc}")
+            finally:
+                self.lease.release()
 
     # -- relaunch --------------------------------------------------------------------------------
     def _relaunch(self, status: Status | None) -> State:
@@ -240,7 +261,7 @@ class Supervisor:
                 job.folder.put_status(claim, create=True)
             except AlreadyExists:
                 return State.PROVISIONING  # another supervisor relaunched it
-            fence.claim(job.store, job.layout, attempt)
+            fence.claim(job.folder, attempt)
         resources = self._resources(waiting)
         launch_spec = dataclasses.replace(spec, resources=resources)
         try:
@@ -260,14 +281,17 @@ class Supervisor:
     def _settle(self) -> State | None:
         """End the job without a machine when nothing is left to run."""
         job, store, layout = self.job, self.job.store, self.job.layout
-        if job.folder.holds(layout.result):  # genuine: a forged one in its place settles nothing
+        if holds_verdict(job.folder, layout.result):  # a forged or superseded one in its place settles nothing
             return job.commit(State.SUCCEEDED, "", by="supervisor")
-        if job.folder.holds(layout.error):
+        if holds_verdict(job.folder, layout.error):
             return job.commit(State.FAILED, error_summary(store, layout, job.key()), by="supervisor")
         if job.folder.cancel_requested():
             return job.commit(State.CANCELLED, "cancelled by the user", by="supervisor")
         if job.store.now() > job.store.updated(layout.spec) + job.spec.timeout_s:  # the Store's clock, as the agent's
             return job.commit(State.FAILED, timeout_reason(job.spec), by="supervisor")
+        spent = job.budget_spent()
+        if spent:  # the cap the launch gave the machine has been used up: no relaunch
+            return job.commit(State.FAILED, spent, by="supervisor")
         return None
 
     def _resources(self, waiting: dict[str, Any] | None) -> Any:
@@ -350,6 +374,9 @@ class Supervisor:
         try:
             return json.loads(self.job.folder.get_record(self.job.layout.relaunch))
         except (NotFound, ValueError):
+            return {"waiting": None, "events": []}
+        except sealed.Refused as exc:  # planted without the job's key: ours replaces it at the next event
+            self.job.folder.report(str(exc))
             return {"waiting": None, "events": []}
 
     def _event(self, plan: dict[str, Any], attempt: int, what: str, detail: str, resources: Any) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..errors import BurstError
+from ..errors import BurstError, UnsupportedOption
 from ..protocol.job import JobSpec, Resources
 
 # Machine states as the client sees them. STOPPED and GONE without a terminal
@@ -90,6 +90,23 @@ class Check:
 
 class Machines(abc.ABC):
     backend: str
+    #: Whether the backend can start worker machines (``--workers``, :meth:`launch_worker`).
+    scale_out: bool = False
+
+    def check_workers(self, resources: Resources) -> None:
+        """Refuse ``--workers`` (from ``plan``) where the backend cannot start worker machines."""
+        if resources.workers and not self.scale_out:
+            raise UnsupportedOption(
+                f"--workers: the {self.backend} backend cannot start worker machines (Dask scale-out); "
+                "drop --workers, or use a backend that can (local, gce)"
+            )
+
+    def launch_worker(self, spec: JobSpec, job_url: str, key: bytes, index: int, attempt: int) -> str:
+        """Start worker machine ``index`` of a ``--workers`` job (``worker_name(spec.job_id, index)``): the
+        same machine as the job's, carrying its labels and limits, running ``python -m nbburst.agent JOB_URL
+        --worker INDEX`` (a Dask worker that joins the job's scheduler). A stopped one is started again, one
+        still there is replaced. ``attempt`` counts this worker's launches. Raises as ``launch`` does."""
+        raise UnsupportedOption(f"--workers: the {self.backend} backend cannot start worker machines")
 
     def doctor(self) -> list[Check]:
         """Backend-specific health checks for ``nbburst doctor`` (credentials, API reachable, quota,
@@ -161,7 +178,21 @@ class Machines(abc.ABC):
         Must not fail when the machine is gone. Default: nothing (the local agent's process just ends)."""
         return None
 
+    def held_keys(self) -> list[tuple[str, str]]:
+        """(job id, owner label) of the job keys this backend keeps outside the Store (on Compute Engine, the
+        Secret Manager secrets its VMs read their key from), for ``nbburst gc``. Default: none."""
+        return []
+
+    def release_key(self, job_id: str) -> None:
+        """Delete the key of job ``job_id`` that :meth:`held_keys` lists (nothing when it is gone)."""
+        return None
+
 
 def machine_name(job_id: str) -> str:
     """The name of a job's machine: one per job, the same for every attempt."""
     return f"nbburst-{job_id}"
+
+
+def worker_name(job_id: str, index: int) -> str:
+    """The name of a ``--workers`` job's worker machine ``index`` (0, 1, ...)."""
+    return f"{machine_name(job_id)}-w{index}"

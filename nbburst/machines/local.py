@@ -32,8 +32,18 @@ import psutil
 from .. import config
 from ..errors import UnsupportedOption, UsageError
 from ..protocol import processes
-from ..protocol.job import ENV_ATTEMPT, ENV_CPUS, ENV_JOB_KEY, ENV_MACHINE, JobSpec, Resources, attempt_tag
-from .base import GONE, RUNNING, Check, MachineInfo, Machines, Plan, machine_name
+from ..protocol.job import (
+    ENV_ATTEMPT,
+    ENV_CPUS,
+    ENV_JOB_KEY,
+    ENV_MACHINE,
+    ENV_WORKER,
+    JobSpec,
+    Resources,
+    attempt_tag,
+    worker_id,
+)
+from .base import GONE, RUNNING, Check, MachineInfo, Machines, Plan, machine_name, worker_name
 
 THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -52,8 +62,26 @@ def available_cpus() -> list[int]:
     return list(range(os.cpu_count() or 1))
 
 
+def _machine_env(name: str, cpus: list[int], tag: str) -> dict[str, str]:
+    """The environment of a machine's first process: this one's, pinned to ``cpus``, marked with ``tag``."""
+    env = dict(os.environ)
+    for var in THREAD_VARS:
+        env[var] = str(len(cpus))
+    env.update(
+        {
+            ENV_MACHINE: name,
+            ENV_ATTEMPT: tag,  # marks every process of the attempt
+            ENV_CPUS: ",".join(map(str, cpus)),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.pop("MPLBACKEND", None)
+    return env
+
+
 class LocalMachines(Machines):
     backend = "local"
+    scale_out = True  # worker machines are agent processes too (launch_worker)
 
     def __init__(self, settings: config.NBBurst):
         self.settings = settings
@@ -67,11 +95,7 @@ class LocalMachines(Machines):
                 raise UnsupportedOption(f"{flag} applies to Compute Engine machines only; use --backend gce")
         if resources.gpu:
             raise UnsupportedOption("--gpu: the local backend has no GPUs; use --backend gce")
-        if resources.workers:
-            raise UnsupportedOption(
-                "--workers: scaling out over several machines (Dask) is not available on the local backend yet; "
-                "drop --workers, or use --cores for more processes on one machine"
-            )
+        self.check_workers(resources)
         cpus = available_cpus()
         cores = resources.cores or len(cpus)
         if cores > len(cpus):
@@ -124,28 +148,44 @@ class LocalMachines(Machines):
     def _sweep(self, record: dict) -> None:
         """End what is left of ``record``'s attempt (and of earlier ones) outside its process groups."""
         attempt = int(record.get("attempt") or 0)
-        processes.sweep(record["job_id"], lambda n: n <= attempt)
+        processes.sweep(record.get("marker") or record["job_id"], lambda n: n <= attempt)
 
     def launch(self, spec: JobSpec, job_url: str, key: bytes, attempt: int) -> str:
-        name = machine_name(spec.job_id)
+        return self._start(machine_name(spec.job_id), spec, job_url, key, attempt)
+
+    def launch_worker(self, spec: JobSpec, job_url: str, key: bytes, index: int, attempt: int) -> str:
+        """A worker machine: an agent process group of its own serving a Dask worker, marked apart from the job's
+        (``worker_id``) so that ending either never ends the other."""
+        name = worker_name(spec.job_id, index)
+        self.delete(name)
+        return self._start(name, spec, job_url, key, attempt, worker=index)
+
+    def _start(
+        self, name: str, spec: JobSpec, job_url: str, key: bytes, attempt: int, worker: int | None = None
+    ) -> str:
         cpus = spec.plan.get("extra", {}).get("cpus") or available_cpus()[: spec.resources.cores or None]
-        env = dict(os.environ)
-        for var in THREAD_VARS:
-            env[var] = str(len(cpus))
-        env.update(
-            {
-                ENV_JOB_KEY: key.hex(),
-                ENV_MACHINE: name,
-                ENV_ATTEMPT: attempt_tag(spec.job_id, attempt),  # marks every process of the attempt
-                ENV_CPUS: ",".join(map(str, cpus)),
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        env.pop("MPLBACKEND", None)
+        marker = spec.job_id if worker is None else worker_id(spec.job_id, worker)
+        env = _machine_env(name, cpus, attempt_tag(marker, attempt))
+        env[ENV_JOB_KEY] = key.hex()
+        if worker is not None:
+            env[ENV_WORKER] = str(worker)
+        command = [sys.executable, "-m", "nbburst.agent", job_url]
+        return self._run(name, command, env, {"job_id": spec.job_id, "attempt": attempt, "marker": marker}, cpus)
+
+    def launch_session(self, session_id: str, cpus: list[int], argv: list[str], env: dict[str, str]) -> str:
+        """Start a session's machine: its warm parent (``python -m nbburst.agent.session ARGV``, agent/session.py),
+        marked with ``session_id`` as an attempt is with its job, so deleting the machine ends every cell it ran."""
+        name = machine_name(session_id)
+        full_env = {**_machine_env(name, cpus, attempt_tag(session_id, 1)), **env}
+        command = [sys.executable, "-m", "nbburst.agent.session", *argv]
+        return self._run(name, command, full_env, {"job_id": session_id, "attempt": 1, "marker": session_id}, cpus)
+
+    def _run(self, name: str, command: list[str], env: dict[str, str], fields: dict, cpus: list[int]) -> str:
+        """Start a machine's process group and record it (``fields``: job_id, attempt, marker)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         console = open(self.console_path(name), "ab")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "nbburst.agent", job_url],
+            command,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=console,
@@ -160,12 +200,11 @@ class LocalMachines(Machines):
         started = psutil.Process(proc.pid).create_time()
         record = {
             "name": name,
-            "job_id": spec.job_id,
             "pid": proc.pid,
             "started": started,
-            "attempt": attempt,
             "created": time.time(),
             "cores": len(cpus),
+            **fields,
         }
         with self._locked(name):
             tmp = self._record(name).with_suffix(".tmp")

@@ -14,7 +14,10 @@ rules ``%%burst`` on a stock image and ``nbburst image build`` share:
 * installed from a folder or local file (editable or not): it travels as a
   wheel built from its files (:class:`Local`, see :mod:`nbburst.protocol.dist`);
 * a distribution no package index has (conda's own, Colab's): :class:`Unavailable`,
-  listed, and refused before launch only when the cell needs it.
+  listed, and refused before launch only when the cell needs it;
+* installed by conda (Workbench's ``/opt/conda``, Anaconda, Miniforge): as from the
+  package index, whatever its ``direct_url.json`` says: conda-forge builds record the
+  build machine's folder (``file:///home/conda/feedstock_root/...``) there.
 """
 
 from __future__ import annotations
@@ -255,6 +258,8 @@ def resolve(name: str, version: str, info: Installed | None = None) -> Pin | Loc
     name = normalise(name)
     if name in NOT_ON_PYPI:
         return Unavailable(name, version, NOT_ON_PYPI[name])
+    if info is not None and info.installer == "conda" and info.origin != "editable":
+        info = None  # conda built it from the project's release (its record names conda's build folder)
     if info is not None and info.origin in ("editable", "folder", "file"):
         return Local(name, version, info.origin)
     if info is not None and info.origin in ("vcs", "url") and info.url:

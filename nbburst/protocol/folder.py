@@ -4,9 +4,9 @@ The client, the supervisor, the server and the agent all write and read a
 job's objects here, so each one is sealed to its place under the job's key
 (:mod:`.sealed`) and opened before it is used. Readers that decide what
 happens to the job (spec, statuses, verdict) raise :class:`~.sealed.Refused`
-on a forged or replayed object; a forged cancel request, result or error
-counts as none (and is said so, once, on stderr); a forged log chunk becomes an
-event that says it was refused, so the rest of the output, and the job, go on.
+on a forged or replayed object; a forged cancel request or claim (:meth:`JobFolder.genuine`), result or
+error (``outcome.holds_verdict``) counts as none (and is said so, once, on stderr); a forged log chunk
+becomes an event that says it was refused, so the rest of the output, and the job, go on.
 """
 
 from __future__ import annotations
@@ -67,10 +67,14 @@ class JobFolder:
     def get_object(self, key: str) -> bytes:
         return sealed.open_object(self.key, self.job_id, self.place(key), self.store.get(key))
 
-    def holds(self, key: str) -> bool:
-        """Whether a genuine object is at ``key``: one that does not open counts as none (and is reported)."""
+    def get_versioned(self, key: str) -> tuple[int, bytes]:
+        """The version the object at ``key`` was sealed at, and its content, verified."""
+        return sealed.open_versioned(self.key, self.job_id, self.place(key), self.store.get(key))
+
+    def genuine(self, key: str) -> bool:
+        """Whether a genuine record is at ``key``: one that does not open counts as none (and is reported)."""
         try:
-            self.get_object(key)
+            self.get_record(key)
             return True
         except NotFound:
             return False

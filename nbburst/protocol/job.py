@@ -106,6 +106,12 @@ class JobLayout:
         """Created once when ``attempt`` is claimed and never rewritten: its Store time is the claim's (fence.py)."""
         return self.key(f"claims/{attempt:04d}")
 
+    def cluster(self, attempt: int) -> str:
+        """Where attempt ``attempt``'s Dask scheduler says its address (``--workers``, agent/cluster.py)."""
+        return self.key(f"cluster/{attempt:04d}.json")
+
+    cluster_prefix = property(lambda self: self.key("cluster/"))
+
     def log_chunk(self, attempt: int, seq: int) -> str:
         return self.key(f"logs/{attempt:04d}/{seq:08d}")
 
@@ -179,6 +185,8 @@ class JobSpec:
     python: str = ""
     digests: dict[str, str] = field(default_factory=dict)
     plan: dict[str, Any] = field(default_factory=dict)  # the machine the adapter chose, and why
+    resumed_from: str = ""  # the job whose checkpoints this one began with (--resume)
+    budget_usd: float | None = None  # what the job's machines may cost in all (--budget); a launch gets what is left
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True, indent=1).encode()
@@ -287,6 +295,15 @@ ENV_JOB_KEY = "NBBURST_JOB_KEY"
 ENV_MACHINE = "NBBURST_MACHINE"
 ENV_ATTEMPT = "NBBURST_ATTEMPT"  # <job id>:<attempt>, in every process of the attempt (see agent/spawn.py)
 ENV_CPUS = "NBBURST_CPUS"
+ENV_SCHEDULER = "NBBURST_SCHEDULER"  # the Dask scheduler's address, in the runner of a --workers job
+ENV_WORKER = "NBBURST_WORKER"  # the index of a worker machine (its agent serves a Dask worker)
+
+
+def worker_id(job_id: str, index: int) -> str:
+    """What stands for the job id in the marker of worker machine ``index``'s processes
+    (``$NBBURST_ATTEMPT=<job>-w<index>:<n>``): sweeping the job never ends a worker, and sweeping a
+    worker never ends the job."""
+    return f"{job_id}-w{index}"
 
 
 def attempt_tag(job_id: str, attempt: int) -> str:

@@ -142,6 +142,12 @@ def seal(key: bytes, job_id: str, place: str, data: bytes | memoryview, version:
 
 def open_object(key: bytes, job_id: str, place: str, raw: bytes) -> bytes:
     """The content of an object sealed for ``place`` of ``job_id``; else :class:`Refused`."""
+    return open_versioned(key, job_id, place, raw)[1]
+
+
+def open_versioned(key: bytes, job_id: str, place: str, raw: bytes) -> tuple[int, bytes]:
+    """The version an object sealed for ``place`` of ``job_id`` was sealed at, and its content; else
+    :class:`Refused`."""
     if not raw.startswith(MAGIC) or len(raw) < len(MAGIC) + TAG_SIZE:
         raise Altered(f"{_where(job_id, place)} is not sealed by nbburst; refusing it")
     view = memoryview(raw)
@@ -151,9 +157,9 @@ def open_object(key: bytes, job_id: str, place: str, raw: bytes) -> bytes:
     end = bytes(body[:_MAX_HEADER]).find(b"\n")
     if not bytes(body[: len(_OBJECT_HEADER)]) == _OBJECT_HEADER or end < 0:
         raise Altered(f"{_where(job_id, place)} is signed but not sealed to a place; refusing it")
-    claimed_job, claimed_place, _version = _claims(job_id, place, bytes(body[:end]))
+    claimed_job, claimed_place, version = _claims(job_id, place, bytes(body[:end]))
     _check_claims(job_id, place, claimed_job, claimed_place)
-    return bytes(body[end + 1 :])
+    return version, bytes(body[end + 1 :])
 
 
 def seal_file(key: bytes, job_id: str, place: str, path: str | os.PathLike[str], version: int) -> Iterator[bytes]:

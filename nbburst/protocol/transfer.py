@@ -12,7 +12,12 @@ Three things a plain ``pickle.loads`` gets wrong for a notebook:
   input the cell mutated (a fitted estimator, an appended list) so that it
   *updates the kernel's object* (other references see the change, as they
   would have), and an input it did not change as a reference to the kernel's
-  object instead of its bytes.
+  object instead of its bytes. This holds at every depth: each mutable object
+  inside an input has an address both sides agree on (the input's name and the
+  object's index in the memo of the pickle that carried it), so a Pipeline
+  fitted in place updates the very step objects the kernel holds under other
+  names, and an unchanged array inside a changed input goes back as a
+  reference.
 * **One bad value costs nothing else.** All values are pickled by one pickler,
   one after the other, so objects they share stay shared; each is unpickled on
   its own, inside frames whose globals are the namespace (formula libraries
@@ -30,7 +35,7 @@ import pickle
 import re
 import types
 from collections import ChainMap
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +53,30 @@ _FRAMES = 4  # how many frames up from an object's __setstate__ look like the no
 _CALL = compile("__nbburst_call__()", "<nbburst: unpickling>", "eval")
 
 
+#: Objects never addressed inside an input: they cannot change in place, or are code (rebuilt by value).
+_NOT_INNER = (
+    *IMMUTABLE,
+    tuple,
+    frozenset,
+    type,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.ModuleType,
+    types.CodeType,
+    types.CellType,
+)
+_MISSING = object()
+#: Where an object lives: a name of the namespace, or (input name, index in that input's pickle memo).
+Address = str | tuple[str, int]
+
+
+def inner_objects(memo: Iterable[tuple[int, Any]], top: Any) -> dict[int, Any]:
+    """The mutable objects inside ``top`` by their memo index, from the (index, object) pairs of the memo
+    of the pickle that carried it: the pickler and the unpickler number objects alike."""
+    return {index: obj for index, obj in memo if obj is not top and not isinstance(obj, _NOT_INNER)}
+
+
 def names_in(text: str) -> list[str]:
     """The names a string may look up when evaluated (``"y ~ np.log(x)"``: y, np, x)."""
     return _IDENTIFIER.findall(text)
@@ -60,8 +89,9 @@ def _is_main_function(obj: Any) -> bool:
 class _Pickler(cloudpickle.Pickler):
     """cloudpickle's pickler that can refer to the target's objects by name, or ignore globals for fingerprints.
 
-    ``refs``: id -> name of objects the target namespace already holds (unchanged inputs).
-    ``adopt``: id -> name of objects to update in the target's object of that name (changed inputs).
+    ``refs``: id -> address of objects the target already holds (unchanged inputs and what they hold).
+    ``adopt``: id -> address of objects to update in the target's object there (changed inputs and
+    what they hold).
     ``formulas``: collects the names that the formulas (strings with a ``~``) it pickles mention: a
     statsmodels model re-evaluates its formula when it is unpickled.
     """
@@ -70,15 +100,15 @@ class _Pickler(cloudpickle.Pickler):
         self,
         file: Any,
         buffer_callback: Callable[[Any], Any],
-        refs: dict[int, str] | None = None,
-        adopt: dict[int, str] | None = None,
+        refs: dict[int, Address] | None = None,
+        adopt: dict[int, Address] | None = None,
         fingerprinting: bool = False,
         formulas: set[str] | None = None,
     ):
         self.refs, self.adopt, self.fingerprinting = refs or {}, dict(adopt or {}), fingerprinting
         self.formulas = formulas
-        self.emitted: dict[str, int] = {}  # adopted name -> index of the value whose pickle carries its content
-        self.referred: set[str] = set()
+        self.emitted: dict[Address, int] = {}  # adopted address -> index of the value whose pickle carries it
+        self.referred: set[Address] = set()
         self.index = 0
         if self.refs or self.adopt or formulas is not None:
             self.persistent_id = self._persistent_id
@@ -213,11 +243,19 @@ def _update(old: Any, kind: str, content: Any) -> Any:
 
 class _Resolving:
     """What both unpicklers below do: bind ``__main__`` functions to ``target``, resolve references to
-    the target's objects and update them in place."""
+    the target's objects (its names, and ``inner``: input name -> memo index -> object inside that
+    input as it was sent) and update them in place."""
 
-    def __init__(self, file: Any, buffers: Any, target: dict[str, Any], adopted: dict[str, Any]):
+    def __init__(
+        self,
+        file: Any,
+        buffers: Any,
+        target: dict[str, Any],
+        adopted: dict[Address, Any],
+        inner: dict[str, dict[int, Any]] | None = None,
+    ):
         super().__init__(file, buffers=buffers)
-        self.target, self.adopted = target, adopted
+        self.target, self.adopted, self.inner = target, adopted, inner or {}
 
     def find_class(self, module: str, name: str) -> Any:
         if module == _CLOUDPICKLE and name == "_make_function":
@@ -253,15 +291,20 @@ class _Resolving:
             setattr(func, key, value)
 
     def persistent_load(self, pid: Any) -> Any:
-        kind, name, *content = pid
-        if kind == "same" and name in self.adopted:
-            return self.adopted[name]
-        if name not in self.target and kind != "adopt":
-            raise pickle.UnpicklingError(f"it refers to {name!r}, which this namespace does not have")
-        if kind in ("ref", "same"):
-            return self.target[name]
-        self.adopted[name] = value = _update(self.target.get(name), *content)
-        return value
+        kind, address, *content = pid
+        if kind == "same" and address in self.adopted:
+            return self.adopted[address]
+        if isinstance(address, tuple):
+            old = self.inner.get(address[0], {}).get(address[1], _MISSING)
+        else:
+            old = self.target.get(address, _MISSING)
+        if kind == "adopt":
+            self.adopted[address] = value = _update(None if old is _MISSING else old, *content)
+            return value
+        if old is _MISSING:
+            where = f"an object inside {address[0]!r}" if isinstance(address, tuple) else repr(address)
+            raise pickle.UnpicklingError(f"it refers to {where}, which this namespace does not have")
+        return old
 
 
 class _Unpickler(_Resolving, pickle.Unpickler):
@@ -289,7 +332,10 @@ def _in_user_frames(call: Callable[[], Any], target: dict[str, Any], names: dict
 
 
 def encode_inputs(
-    values: dict[str, Any], optional: Collection[str] = (), namespace: dict[str, Any] | None = None
+    values: dict[str, Any],
+    optional: Collection[str] = (),
+    namespace: dict[str, Any] | None = None,
+    inner: dict[str, dict[int, Any]] | None = None,
 ) -> tuple[dict[str, payload.Encoded], dict[str, Exception]]:
     """Each input as a blob of its own (content-addressed: an unchanged one is not uploaded again), an
     input that another one holds as a reference to it, so that they are one object on the machine too
@@ -297,7 +343,10 @@ def encode_inputs(
     could not be pickled (``optional`` ones are never referred to: they may be left out).
 
     What ``namespace`` holds under a name that a formula inside an input mentions travels too, as an
-    optional input: the formula is evaluated again where the input is unpickled."""
+    optional input: the formula is evaluated again where the input is unpickled.
+
+    ``inner`` receives, per input, the mutable objects inside it by address (:func:`inner_objects`): what
+    comes back may refer to them (:func:`load_values`)."""
     values, optional = dict(values), set(optional)
     holdable = {n: v for n, v in values.items() if n not in optional and not isinstance(v, IMMUTABLE)}
     refers: dict[str, set[str]] = {}
@@ -319,6 +368,8 @@ def encode_inputs(
         except Exception as exc:
             failed[name] = exc
             continue
+        if inner is not None:
+            inner[name] = inner_objects(pickler.memo.copy().values(), value)
         mentioned &= set(namespace or ()) - {name}
         refers[name] = pickler.referred | mentioned  # loaded before it on the machine
         encoded[name] = payload.assemble([(out.getbuffer(), [b.raw() for b in buffers])])
@@ -355,11 +406,17 @@ def _reaching(name: str, refers: dict[str, set[str]]) -> set[str]:
 # -- one value ------------------------------------------------------------------------------------
 
 
-def load_value(data: bytes | bytearray | memoryview, target: dict[str, Any]) -> Any:
-    """Unpickle a one-value blob (:func:`payload.encode`) into ``target``."""
+def load_value(
+    data: bytes | bytearray | memoryview, target: dict[str, Any], inner: dict[int, Any] | None = None
+) -> Any:
+    """Unpickle a one-value blob (:func:`payload.encode`) into ``target``; ``inner`` receives the mutable
+    objects inside the value by address (:func:`inner_objects`)."""
     blob = payload.Blob.parse(data)
     unpickler = _Unpickler(io.BytesIO(blob.bodies[0]), blob.buffers[0], target, {})
-    return _in_user_frames(unpickler.load, target, {})
+    value = _in_user_frames(unpickler.load, target, {})
+    if inner is not None:
+        inner.update(inner_objects(unpickler.memo.copy().items(), value))
+    return value
 
 
 def fingerprint(value: Any) -> str | None:
@@ -395,7 +452,7 @@ class Writer:
     refers to its half-written objects.
     """
 
-    def __init__(self, refs: dict[int, str] | None = None, adopt: dict[int, str] | None = None):
+    def __init__(self, refs: dict[int, Address] | None = None, adopt: dict[int, Address] | None = None):
         self.out = io.BytesIO()
         self.buffers: list[pickle.PickleBuffer] = []
         self.pickler = _Pickler(self.out, self.buffers.append, refs, adopt)
@@ -451,9 +508,12 @@ def _memo_indices(pickler: _Pickler, markers: list) -> list:
     return [memo[id(m)][0] if isinstance(m, list) else m for m in markers]
 
 
-def load_values(data: bytes | bytearray | memoryview, target: dict[str, Any]) -> Loaded:
+def load_values(
+    data: bytes | bytearray | memoryview, target: dict[str, Any], inner: dict[str, dict[int, Any]] | None = None
+) -> Loaded:
     """Unpickle a :class:`Writer`'s blob value by value into ``target`` (which is not modified,
-    except objects updated in place and names that arriving functions need)."""
+    except objects updated in place and names that arriving functions need); ``inner`` is what
+    :func:`encode_inputs` gave for the inputs these values may refer to."""
     blob = payload.Blob.parse(data)
     meta = pickle.loads(blob.bodies[0], buffers=blob.buffers[0])
     loaded = Loaded({k: v for k, v in meta.items() if k not in ("names", "memo", "resets")})
@@ -465,15 +525,15 @@ def load_values(data: bytes | bytearray | memoryview, target: dict[str, Any]) ->
         offsets.append(offsets[-1] + body.nbytes)
         firsts.append(firsts[-1] + len(bufs))
     flat = [buf for bufs in buffers for buf in bufs]
-    adopted: dict[str, Any] = {}
+    adopted: dict[Address, Any] = {}
 
     def reader(i: int, memo: dict[int, Any] | None = None) -> _Unpickler | _Retry:
         """An unpickler at value ``i``: the fast one with a fresh memo or, given a memo (after a failure:
         the C unpickler cannot take a memo with gaps), the pure-Python one."""
         stream.seek(offsets[i])
         if memo is None:
-            return _Unpickler(stream, iter(flat[firsts[i] :]), target, adopted)
-        unpickler = _Retry(stream, iter(flat[firsts[i] :]), target, adopted)
+            return _Unpickler(stream, iter(flat[firsts[i] :]), target, adopted, inner)
+        unpickler = _Retry(stream, iter(flat[firsts[i] :]), target, adopted, inner)
         unpickler.memo = memo
         return unpickler
 
@@ -485,7 +545,7 @@ def load_values(data: bytes | bytearray | memoryview, target: dict[str, Any]) ->
             _, value = _in_user_frames(unpickler.load, target, loaded.values)
         except Exception as exc:
             if isinstance(unpickler, _Unpickler):  # again in pure Python, to learn what was half built
-                retry = _Retry(io.BytesIO(bodies[i]), iter(buffers[i]), target, adopted)
+                retry = _Retry(io.BytesIO(bodies[i]), iter(buffers[i]), target, adopted, inner)
                 retry.memo = {k: v for k, v in unpickler.memo.copy().items() if k < starts[i]}
                 try:
                     _, value = _in_user_frames(retry.load, target, loaded.values)

@@ -5,8 +5,10 @@
   group running its startup script in a folder of its own, beside its own metadata server.
   It can preempt instances, run out of capacity and enforce quotas.
 - :class:`MetadataServer`: an emulated metadata server (``/computeMetadata/v1``).
+- ``SecretManagerEmulator`` (``nbburst.testing.secretmanager``): Secret Manager's REST API, through which jobs
+  hand their keys to their VMs.
 - ``GCSEmulator`` (``nbburst.testing.gcs``): a Cloud Storage emulator.
-- ``python -m nbburst.testing`` starts both emulators and prints the environment for nbburst (or writes
+- ``python -m nbburst.testing`` starts the emulators and prints the environment for nbburst (or writes
   it to ``--env-file PATH``, or runs ``-- COMMAND`` under it; ``pip install 'nbburst[emulator]'``);
   ``pytest_plugins = ["nbburst.testing.pytest_plugin"]`` gives the fixtures.
 """

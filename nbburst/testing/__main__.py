@@ -1,4 +1,4 @@
-"""`python -m nbburst.testing`: start the Compute Engine and GCS emulators and hand their environment
+"""`python -m nbburst.testing`: start the Compute Engine, Secret Manager and GCS emulators and hand their environment
 (the variables that point nbburst at them) to whatever should use them.
 
     python -m nbburst.testing                      print `export KEY=VALUE` lines, serve until Ctrl-C or SIGTERM
@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nbburst.testing.compute.emulator import ComputeEmulator
+from nbburst.testing.secretmanager import SecretManagerEmulator
 
 PROG = "python -m nbburst.testing"
 
@@ -116,10 +117,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         stop_grace=args.stop_grace,
     )
     gcs = None
+    secret_manager = SecretManagerEmulator(args.project)
     written: Path | None = None  # the env file, once written: removed at the end
     try:
         compute.start()
-        env = dict(compute.env())
+        secret_manager.start()  # jobs hand their keys to their VMs through it
+        compute.instance_env.update(secret_manager.env())
+        env = {**compute.env(), **secret_manager.env()}
         if not args.no_gcs:
             from nbburst.testing.gcs import GCSEmulator
 
@@ -142,7 +146,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if env_file is not None:
             write_env_file(env_file, env)
             written = env_file
-        where = f"Compute Engine emulator at {compute.endpoint} (disks in {compute.base_dir})"
+        where = (
+            f"Compute Engine emulator at {compute.endpoint} (disks in {compute.base_dir}), "
+            f"Secret Manager at {secret_manager.endpoint}"
+        )
         if gcs is not None:
             where += f", GCS emulator at {gcs.endpoint} (bucket {args.bucket})"
         if command:
@@ -160,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if written is not None:
             written.unlink(missing_ok=True)
         compute.stop()
+        secret_manager.stop()
         if gcs is not None:
             gcs.stop()
 

@@ -7,7 +7,9 @@
   marker: ``@pytest.mark.compute_emulator(preemption_grace=1, zone="europe-west4-a")``; quotas are a new
   project's unless the marker says ``quotas={"CPUS": 96, "CPUS_ALL_REGIONS": 96}``.
 - ``gcs_emulator``: one GCSEmulator for the session; ``gcs_bucket``: a fresh bucket per test.
-- ``emulator_env``: both emulators plus the NBBURST_* variables pointing nbburst at them,
+- ``secretmanager_emulator``: a Secret Manager stand-in per test (:mod:`nbburst.testing.secretmanager`), which
+  the compute emulator's instances reach as well.
+- ``emulator_env``: the three emulators plus the NBBURST_* variables pointing nbburst at them,
   set in os.environ for the test; returns the dict. The bucket's policy lets the project's default
   compute service account (what VMs run as) use it, as ``nbburst setup`` does.
 
@@ -84,10 +86,24 @@ def gcs_bucket(gcs_emulator) -> str:
 
 
 @pytest.fixture
-def emulator_env(monkeypatch, compute_emulator, gcs_emulator, gcs_bucket) -> dict[str, str]:
+def secretmanager_emulator(compute_emulator):
+    """A Secret Manager of the compute emulator's project, per test; its VMs reach it too."""
+    from nbburst.testing.secretmanager import SecretManagerEmulator
+
+    emulator = SecretManagerEmulator(compute_emulator.project).start()
+    compute_emulator.instance_env.update(emulator.env())
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+
+
+@pytest.fixture
+def emulator_env(monkeypatch, compute_emulator, gcs_emulator, gcs_bucket, secretmanager_emulator) -> dict[str, str]:
     env = {
         **gcs_emulator.env(),
         **compute_emulator.env(),
+        **secretmanager_emulator.env(),
         "NBBURST_ROOT": f"gs://{gcs_bucket}/nbburst",
         "NBBURST_BACKEND": "gce",
         "GOOGLE_CLOUD_PROJECT": compute_emulator.project,

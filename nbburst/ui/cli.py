@@ -238,6 +238,14 @@ def _short_repr(value: Any, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[:limit] + f"… ({len(text)} characters)"
 
 
+def cmd_download(args: argparse.Namespace) -> int:
+    job = find_job(session(args), args.job)
+    arrival = job.download(args.dest)
+    for line in arrival.lines(job.name, asked=True):
+        print(line)
+    return EXIT_OK
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     job = find_job(session(args), args.job)
     before = job.terminal()
@@ -285,6 +293,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
             problems += 1
             continue
         problems += _gc_machines(args, burst, backend, machines, store, listed, verb, done)
+        problems += _gc_held_keys(args, burst, backend, machines, store, verb, done)
         if store.url in stores:
             continue  # two backends, one Store: swept once
         stores[store.url] = store
@@ -313,9 +322,6 @@ def _gc_machines(
     done: dict[str, int],
 ) -> int:
     """Delete the machines whose job ended or is unknown in ``store``; returns how many deletions failed."""
-    from ..client.burst import Job
-    from ..protocol.signing import SignatureError
-
     me = _as_label(config.owner(burst.settings))
     problems = 0
     for m in listed:
@@ -323,17 +329,9 @@ def _gc_machines(
         owner = m.labels.get("nbburst-owner")
         if owner and _as_label(owner) != me and not args.any_owner:
             continue  # someone else's machine: their gc, not ours
-        if not job_id or not valid_job_id(job_id) or not store.exists(JobLayout(job_id).spec):
-            why = "its job is unknown in " + store.url
-        else:
-            try:
-                terminal = Job(burst, job_id, store).terminal()
-            except SignatureError as exc:
-                print(f"nbburst: left machine {m.name} alone: its job cannot be verified here ({exc})", file=sys.stderr)
-                continue
-            if terminal is None:
-                continue  # the job is still alive: leave its machine alone
-            why = f"its job ended ({terminal.state.value})"
+        why = _job_over(burst, store, job_id, f"machine {m.name}")
+        if why is None:
+            continue
         if not args.dry_run:
             try:
                 machines.delete(m.name)
@@ -343,6 +341,52 @@ def _gc_machines(
                 continue
         done["machine"] = done.get("machine", 0) + 1
         print(f"{verb} machine {m.name} ({backend}): {why}")
+    return problems
+
+
+def _job_over(burst: Any, store: Any, job_id: str, what: str) -> str | None:
+    """Why what belongs to job ``job_id`` may go (its job ended, or is unknown in ``store``); None while the job
+    lives or cannot be verified here."""
+    from ..client.burst import Job
+    from ..protocol.signing import SignatureError
+
+    if not job_id or not valid_job_id(job_id) or not store.exists(JobLayout(job_id).spec):
+        return "its job is unknown in " + store.url
+    try:
+        terminal = Job(burst, job_id, store).terminal()
+    except SignatureError as exc:
+        print(f"nbburst: left {what} alone: its job cannot be verified here ({exc})", file=sys.stderr)
+        return None
+    return None if terminal is None else f"its job ended ({terminal.state.value})"
+
+
+def _gc_held_keys(
+    args: argparse.Namespace, burst: Any, backend: str, machines: Any, store: Any, verb: str, done: dict[str, int]
+) -> int:
+    """Delete the job keys the backend holds outside the Store (Compute Engine: Secret Manager secrets) whose
+    job ended or is unknown in ``store``; returns how many deletions failed."""
+    me = _as_label(config.owner(burst.settings))
+    problems = 0
+    try:
+        held = machines.held_keys()
+    except Exception as exc:
+        print(f"nbburst: could not list the {backend} backend's job keys: {exc}", file=sys.stderr)
+        return 1
+    for job_id, owner in held:
+        if owner and _as_label(owner) != me and not args.any_owner:
+            continue
+        why = _job_over(burst, store, job_id, f"the key of job {job_id}")
+        if why is None:
+            continue
+        if not args.dry_run:
+            try:
+                machines.release_key(job_id)
+            except Exception as exc:
+                print(f"nbburst: could not delete the key of job {job_id}: {exc}", file=sys.stderr)
+                problems += 1
+                continue
+        done["held key"] = done.get("held key", 0) + 1
+        print(f"{verb} the {backend} key of job {job_id}: {why}")
     return problems
 
 
@@ -556,6 +600,26 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_sessions(args: argparse.Namespace) -> int:
+    """Show the warm sessions with their cost so far; ``--stop NAME`` ends one (``--stop all``: every one)."""
+    from .sessions import lines
+
+    burst = session(args, open_store=False)
+    sessions = burst.sessions
+    if args.stop:
+        names = [s.name for s in sessions.all()] if args.stop == "all" else [args.stop]
+        for name in names:
+            info = sessions.stop(name)
+            print(f"stopped session {info['name']} after {info['cells']} cells; cost ${info['cost_usd']:.4f}")
+        return EXIT_OK
+    infos = [s.info() for s in sessions.all()]
+    if args.json:
+        print(json.dumps(infos, indent=1))
+    else:
+        print("\n".join(lines(infos)) if infos else "no sessions")
+    return EXIT_OK
+
+
 def cmd_image_build(args: argparse.Namespace) -> int:
     from ..machines.gce.image import run_cli
 
@@ -619,6 +683,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", help="wait at most this long (90s, 30m, 2h), then exit 5")
     s.set_defaults(func=cmd_result)
 
+    s = sub.add_parser("download", parents=[common], help="fetch the files a job's cell wrote in its working folder")
+    s.add_argument("job", help="job id or name")
+    s.add_argument("dest", nargs="?", default=".", help="the folder to put them in (default: the current one)")
+    s.set_defaults(func=cmd_download)
+
     s = sub.add_parser("cancel", parents=[common], help="stop a job and delete its machine")
     s.add_argument("job", help="job id or name")
     s.set_defaults(func=cmd_cancel)
@@ -672,6 +741,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--interval", default="5s", help="time between rounds (default 5s)")
     s.add_argument("--once", action="store_true", help="one round, then exit")
     s.set_defaults(func=cmd_supervise)
+
+    s = sub.add_parser("sessions", parents=[common], help="warm sessions, with their cost so far; --stop ends one")
+    s.add_argument("--stop", metavar="NAME", help="end this session and its machine (all: every session)")
+    s.add_argument("--json", action="store_true", help="a JSON list of each session's summary")
+    s.set_defaults(func=cmd_sessions)
 
     s = sub.add_parser("image", help="Compute Engine images with this notebook's Python and packages")
     image = s.add_subparsers(dest="image_command", metavar="IMAGE_COMMAND", required=True)

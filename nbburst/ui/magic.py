@@ -20,9 +20,11 @@ from .. import config
 from ..client.burst import Burst, Job
 from ..client.capture import capture
 from ..client.cellcode import check_syntax
+from ..client.session import DEFAULT_IDLE, DEFAULT_NAME, DEFAULT_TIMEOUT
 from ..errors import UsageError
 from ..protocol import backends
 from .records import show_record
+from .sessions import SessionsTable
 from .tables import RECENT_JOBS, ConfigTable, JobsTable, select_infos
 
 
@@ -84,6 +86,9 @@ class BurstMagics(Magics):
     @argument("--out", help="comma-separated names to bring back (default: all assigned)")
     @argument("--files", nargs="+", default=[], help="local files to place in the cell's working folder")
     @argument("--workers", type=int, help="Dask workers for scale-out")
+    @argument("--resume", help="begin with the latest checkpoints of this job (id or name)")
+    @argument("--budget", help="dollar cap on what the job's machines may cost, relaunches included, e.g. 2.50")
+    @argument("--session", help="run on this warm session (default: the session started last, if any)")
     @cell_magic
     def burst(self, line: str, cell: str) -> Any:
         """Run this cell on a burst machine and bring its variables back."""
@@ -110,6 +115,9 @@ class BurstMagics(Magics):
                     "out": args.out,
                     "files": args.files,
                     "workers": args.workers,
+                    "resume": args.resume,
+                    "budget": args.budget,
+                    "session": args.session,
                 }.items()
                 if v is not None and v is not False
             }
@@ -118,6 +126,8 @@ class BurstMagics(Magics):
         check_syntax(code, f"Cell In[{self.shell.execution_count}]", first_line=2)  # the %%burst line is line 1
         cap = capture(code, self.shell.user_ns, opts.out, getattr(self.shell, "user_ns_hidden", None))
         job = self.client.submit_cell(code, cap, opts)
+        if job.session is not None and job.session.revived:
+            print(f"nbburst: session {job.session.name}'s machine had ended; it runs again", file=sys.stderr)
         if opts.detach:
             print(f"nbburst: job {job.name} ({job.id}) submitted; `%burst attach {job.name}` brings its outputs in")
             view = self._view(job)
@@ -162,8 +172,8 @@ class BurstMagics(Magics):
                 f"nbburst: detached from job {job.name} ({job.id}); it keeps running. "
                 f"`%burst attach {job.name}` brings its outputs in, `%burst cancel {job.name}` stops it."
             )
-            if view is not None:
-                view.background(message)
+            if view is not None:  # it follows the job from now on; the message is said once, below
+                view.background()
             print("\n" + message)
             return None
         except BaseException:
@@ -172,6 +182,9 @@ class BurstMagics(Magics):
             raise
         if view is not None:
             view.finish()
+        if job.spec.kind == "cell":  # its files into the notebook's folder, as a plain cell leaves them
+            for line in job.bring_back():
+                print(f"nbburst: {line}", file=sys.stderr)
         outcome = job.outcome(self.shell.user_ns)  # raises the cell's own exception, or why there is no result
         outcome.merge_into(self.shell.user_ns)
         for warning in outcome.warnings:
@@ -188,20 +201,21 @@ class BurstMagics(Magics):
     # -- line magic ---------------------------------------------------------------------
     @line_magic("burst")
     def burst_line(self, line: str) -> Any:
-        """%burst jobs | logs JOB [--follow] [--attempt N] | attach JOB | result JOB | cancel JOB |
-        preempt JOB | config [key=value ...]"""
+        """%burst jobs | logs JOB [--follow] [--attempt N] | attach JOB | result JOB | download JOB [DEST] |
+        cancel JOB | preempt JOB | config [key=value ...] | session start|stop|list"""
         __tracebackhide__ = True
         words = shlex.split(line)
         if not words:
             raise UsageError(
-                "usage: %burst jobs | logs JOB | attach JOB | result JOB | cancel JOB | preempt JOB | "
-                "config [key=value ...]"
+                "usage: %burst jobs | logs JOB | attach JOB | result JOB | download JOB [DEST] | cancel JOB | "
+                "preempt JOB | config [key=value ...] | session start|stop|list"
             )
         command, rest = words[0], words[1:]
         handler = getattr(self, f"_cmd_{command}", None)
         if handler is None:
             raise UsageError(
-                f"%burst: unknown command {command!r}; use jobs, logs, attach, result, cancel, preempt or config"
+                f"%burst: unknown command {command!r}; "
+                "use jobs, logs, attach, result, download, cancel, preempt, config or session"
             )
         try:
             return handler(rest)
@@ -251,6 +265,16 @@ class BurstMagics(Magics):
         job = self._one_job(rest, "result")
         return job.value_of(job.outcome())
 
+    def _cmd_download(self, rest: list[str]) -> None:
+        p = _LineParser(prog="%burst download", description="Fetch the files a job's cell wrote in its working folder.")
+        p.add_argument("job")
+        p.add_argument("dest", nargs="?", default=".", help="the folder to put them in (default: this one)")
+        args = p.parse_args(rest)
+        job = self.client.job(args.job)
+        arrival = job.download(args.dest)
+        for line in arrival.lines(job.name, asked=True):
+            print(f"nbburst: {line}")
+
     def _cmd_cancel(self, rest: list[str]) -> None:
         job = self._one_job(rest, "cancel")
         print(f"nbburst: job {job.name} is {job.cancel().value}")
@@ -273,5 +297,34 @@ class BurstMagics(Magics):
             config.set_value(settings, key.strip(), value.strip(), "%burst config")
             self.overrides[key.strip()] = value.strip()
         if rest:
+            default = self.client.sessions.default
             self._client = None  # a new session: Store, machines and key ring follow the new settings
+            self.client.sessions.default = default
         return ConfigTable(config.describe(self.client.settings))
+
+    def _cmd_session(self, rest: list[str]) -> SessionsTable | None:
+        p = _LineParser(prog="%burst session", description="Warm sessions: one machine kept for later cells.")
+        sub = p.add_subparsers(dest="action", required=True)
+        start = sub.add_parser("start", help="start a session; later %%burst cells run on it")
+        start.add_argument("--cores", type=int, help="vCPUs of the session's machine")
+        start.add_argument("--idle", default=DEFAULT_IDLE, help=f"end after this long without a cell ({DEFAULT_IDLE})")
+        start.add_argument("--timeout", default=DEFAULT_TIMEOUT, help=f"hard time limit ({DEFAULT_TIMEOUT})")
+        start.add_argument("--name", default=DEFAULT_NAME, help=f"the session's name ({DEFAULT_NAME})")
+        start.add_argument("--backend", choices=backends.names(), help="where to run (default from config)")
+        stop = sub.add_parser("stop", help="end a session and its machine")
+        stop.add_argument("name", nargs="?", help="the session (default: the current one)")
+        sub.add_parser("list", help="the sessions, with their cost so far")
+        args = p.parse_args(rest)
+        sessions = self.client.sessions
+        if args.action == "start":
+            session = sessions.start(args.name, args.cores, args.idle, args.timeout, args.backend)
+            print(
+                f"nbburst: session {session.name} is up ({session.record.cores} cores); "
+                f"%%burst cells run on it until `%burst session stop`"
+            )
+            return None
+        if args.action == "stop":
+            info = sessions.stop(args.name)
+            print(f"nbburst: session {info['name']} stopped after {info['cells']} cells; cost ${info['cost_usd']:.4f}")
+            return None
+        return SessionsTable([s.info() for s in sessions.all()])

@@ -32,6 +32,8 @@ BORDER = _theme("border-color2", "#d1d5db")
 CODE_BACKGROUND = _theme("layout-color2", "transparent")
 CODE_FONT = _theme("code-font-family", "monospace")
 _WARN = _theme("warn-color1", "#b45309")
+#: The background of the cell's stderr, as JupyterLab shows stderr outputs.
+STDERR_BACKGROUND = _theme("rendermime-error-background", "transparent")
 
 #: The colour of each job state (the view, the job table).
 STATE_COLORS = {
@@ -72,6 +74,12 @@ def state_html(state: str, symbol: str = "") -> str:
     return f"{mark}<b class='{state_class(state)}'>{html.escape(state)}</b>"
 
 
+def state_inline_html(state: str, symbol: str = "") -> str:
+    """A state's name as :func:`state_html`, coloured inline (for HTML shown without the view's stylesheet)."""
+    mark = f"{symbol} " if symbol else ""
+    return f"{mark}<b style='color:{state_color(state)}'>{html.escape(state)}</b>"
+
+
 def note_html(text: str) -> str:
     """Secondary text (escaped)."""
     return f"<span class='{NOTE}'>{html.escape(text)}</span>"
@@ -90,6 +98,10 @@ def _rules() -> list[tuple[str, str]]:
             f"background:{CODE_BACKGROUND}",
         ),
         (f"{root} .{part('console')} pre", f"{code};margin:0"),
+        (f"{root} .{part('stderr')}", f"background:{STDERR_BACKGROUND}"),
+        (f"{root} .{part('event')}", f"color:{MUTED}"),
+        (f"{root} .{part('phase')}", f"color:{MUTED};font-style:italic"),
+        (f"{root} a.{part('open')}", f"color:{MUTED};cursor:pointer;text-decoration:underline"),
     ]
     rules += [(f"{root} .{state_class(state)}", f"color:{color}") for state, color in STATE_COLORS.items()]
     return rules
@@ -102,6 +114,20 @@ VIEW_CSS = "\n".join(f"{selector} {{{body}}}" for selector, body in _rules())
 def stylesheet() -> str:
     """The view's stylesheet as HTML, for a (hidden) HTML widget inside the view."""
     return f"<style>\n{VIEW_CSS}\n</style>"
+
+
+# -- the static summary (inline: it must read the same with no stylesheet, after the widget is gone) ---------
+
+#: The class of the static summary shown in the view's place once its widget model is gone (a restarted
+#: kernel, a saved notebook): the lab extension's notebook stylesheet shows one or the other.
+STATIC = part("static")
+STATIC_BOX = f"border:1px solid {BORDER};padding:4px 8px;color:{TEXT};line-height:1.4"
+STATIC_PRE = (
+    f"font-family:{CODE_FONT};font-size:85%;color:{TEXT};background:{CODE_BACKGROUND};margin:2px 0;"
+    "padding:2px 4px;max-height:16em;overflow:auto;line-height:1.25"
+)
+STATIC_MUTED = f"color:{MUTED}"
+STATIC_STDERR = f"background:{STDERR_BACKGROUND}"
 
 
 # -- the tables (inline: a table stands alone in a cell's output) -----------------------------------

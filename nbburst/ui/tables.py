@@ -53,7 +53,10 @@ def machine_text(info: dict[str, Any], long: bool = False) -> str:
 
 
 def cost_text(info: dict[str, Any]) -> str:
-    return usd(info.get("cost_usd") if backends.is_remote(info.get("backend")) else 0.0)
+    """The job's cost, and its budget when it has one: ``$0.0420 of $2.50``."""
+    spent = usd(info.get("cost_usd") if backends.is_remote(info.get("backend")) else 0.0)
+    cap = info.get("budget")
+    return f"{spent} of {usd(cap['usd'])}" if cap else spent
 
 
 def row(info: dict[str, Any], now: float | None = None) -> dict[str, str]:

@@ -20,8 +20,9 @@ What a launch does, in order (everything that can be refused is refused in
   (ZONE_RESOURCE_POOL_EXHAUSTED) passes on to the next zone of the region.
 
 The VM: labels ``nbburst=1``, ``nbburst-job``, ``nbburst-owner``; metadata
-``nbburst-job-url``, ``nbburst-key`` (the per-job signing key, which never
-enters the Store), ``nbburst-attempt`` and the startup/shutdown scripts
+``nbburst-job-url``, ``nbburst-key-secret`` (the Secret Manager secret holding the per-job signing key, which
+never enters the Store nor the metadata: only the VM's service account may read it, see
+:mod:`~nbburst.machines.gce.keysecret`), ``nbburst-attempt`` and the startup/shutdown scripts
 (:mod:`nbburst.machines.gce.vm`); spot with ``instanceTerminationAction=STOP`` (the disk
 stays for a restart) and a ``maxRunDuration`` of the job's time left plus a
 margin, so Compute Engine itself ends a VM whose agent hangs.
@@ -41,10 +42,11 @@ from typing import Any
 
 from ... import config
 from ...errors import BurstError, UnsupportedOption, UsageError
-from ...protocol import dist, envcache, pricing, signing
+from ...protocol import budget, dist, envcache, pricing, signing
 from ...protocol.job import JobLayout, JobSpec, Resources, split_job_url
 from ...protocol.metadata import metadata as _md
 from ...protocol.metadata import on_gce
+from ...store import NotFound
 from ..base import (
     GONE,
     PROVISIONING,
@@ -62,6 +64,7 @@ from . import access as gce_access
 from . import api as gce_api
 from . import doctor as gce_doctor
 from . import image as gce_image
+from . import keysecret as gce_keysecret
 from . import prices as gce_prices
 from . import types as gce_types
 from . import vm
@@ -144,6 +147,9 @@ class GCEMachines(Machines):
         self.settings = settings
         self.api = gce_api.ComputeAPI(settings.compute_endpoint or "", self._configured_project)
         self.prices = gce_prices.LivePrices(settings, self.api.credentials)
+        self.key_secrets = gce_keysecret.KeySecrets(
+            settings.secretmanager_endpoint, lambda: self.project, self.api.credentials
+        )
         self._zones: dict[str, str] = {}  # machine name -> zone
         self._buckets_ok: set[str] = set()
         self._stores: dict[str, Any] = {}
@@ -330,7 +336,7 @@ class GCEMachines(Machines):
             email = self.service_account_email()
         except (BurstError, gexc.GoogleAPICallError) as exc:  # the project's default account cannot be read
             return [*checks, Check("vm service account", False, f"not checked: {exc}", warning=True)]
-        return [*checks, gce_access.service_account_access(handle, email)]
+        return [*checks, gce_access.service_account_access(handle, email), self.key_secrets.check()]
 
     # -- planning -----------------------------------------------------------------------------
     def plan(self, resources: Resources) -> Plan:
@@ -387,8 +393,20 @@ class GCEMachines(Machines):
 
     # -- the VM ---------------------------------------------------------------------------------
     def _max_run_s(self, spec: JobSpec) -> int:
-        left = spec.created + spec.timeout_s - time.time()
-        return int(max(self.min_run_s, left + self.run_margin_s))
+        """The job's time left plus a margin, or less when its budget (what is left of it) buys less."""
+        left = self._time_left(spec)
+        by_time = int(max(self.min_run_s, left + self.run_margin_s))
+        by_budget = budget.run_seconds(spec)
+        return by_time if by_budget is None else max(self.min_run_s, min(by_time, by_budget))
+
+    def _time_left(self, spec: JobSpec) -> float:
+        """The job's time left by the Store's clock, as the agent and the supervisor count it: the time limit runs
+        from the spec's write, and this machine's clock may be off by hours."""
+        store = self.store_for(config.store_url(self.settings, "gce"))
+        try:
+            return store.updated(JobLayout(spec.job_id).spec) + spec.timeout_s - store.now()
+        except NotFound:  # not written yet: nothing better than this machine's clock
+            return spec.created + spec.timeout_s - time.time()
 
     def _service_account(self) -> str:
         return self.settings.service_account or (workbench() or {}).get("service_account") or "default"
@@ -416,7 +434,7 @@ class GCEMachines(Machines):
         return gce_api.network_interface(zone, self.settings.network, self.settings.subnetwork)
 
     def instance_resource(
-        self, spec: JobSpec, job_url: str, key: bytes, attempt: int, zone: str, plan: dict[str, Any], spot: bool
+        self, spec: JobSpec, job_url: str, key_secret: str, attempt: int, zone: str, plan: dict[str, Any], spot: bool
     ) -> Any:
         from google.cloud import compute_v1
 
@@ -425,7 +443,7 @@ class GCEMachines(Machines):
         attached = bool(gpu) and (plan.get("extra") or {}).get("gpu_attached", False)
         items = {
             "nbburst-job-url": job_url,
-            "nbburst-key": key.hex(),
+            gce_keysecret.METADATA_KEY: key_secret,
             "nbburst-attempt": str(attempt),
             "startup-script": vm.startup_script(),
             "shutdown-script": vm.shutdown_script(),
@@ -434,7 +452,8 @@ class GCEMachines(Machines):
             items["install-nvidia-driver"] = "True"
         scheduling = compute_v1.Scheduling(
             provisioning_model="SPOT" if spot else "STANDARD",
-            instance_termination_action="STOP",
+            # a capped job's machine goes once its budget is spent: deleted, so its disk costs nothing more
+            instance_termination_action="STOP" if spec.budget_usd is None else "DELETE",
             max_run_duration=compute_v1.Duration(seconds=self._max_run_s(spec)),
             on_host_maintenance="TERMINATE" if spot or gpu else "MIGRATE",
             automatic_restart=False,
@@ -525,6 +544,8 @@ class GCEMachines(Machines):
         t0 = time.perf_counter()
         self._publish(spec, job_url, key)
         self.timings = {"upload_dist": time.perf_counter() - t0}
+        key_secret = self.key_secrets.put(spec.job_id, key, self.service_account_email(), spec.owner)
+        self.timings["key_secret"] = time.perf_counter() - t0 - self.timings["upload_dist"]
         zones = [z for z in self._launch_zones(spec, plan) if z not in skip_zones]
         spot = bool(plan.get("spot", True)) and not spec.resources.on_demand
         fallback = spot and (spec.resources.fallback_on_demand or self.settings.fallback_on_demand)
@@ -532,7 +553,7 @@ class GCEMachines(Machines):
         t1 = time.perf_counter()
         for use_spot in [spot] + ([False] if fallback else []):
             for zone in zones:
-                resource = self.instance_resource(spec, job_url, key, attempt, zone, plan, use_spot)
+                resource = self.instance_resource(spec, job_url, key_secret, attempt, zone, plan, use_spot)
                 try:
                     self._create(zone, resource)
                 except NoCapacity:
@@ -726,10 +747,19 @@ class GCEMachines(Machines):
 
     def cleanup(self, name: str) -> None:
         """The job ended: delete its VM unless it is gone or being deleted already (the agent deletes its own;
-        a VM that could only power itself off is deleted here)."""
+        a VM that could only power itself off is deleted here), and its key's secret."""
         found = self._get(name)
         if found is not None and "delete" not in self.api.operation_types(found[1], found[0]):
             self.delete(name)
+        self.release_key(name.removeprefix(machine_name("")))
+
+    def held_keys(self) -> list[tuple[str, str]]:
+        """The jobs whose key secret exists in the project, with their owner label (for ``nbburst gc``)."""
+        return self.key_secrets.held()
+
+    def release_key(self, job_id: str) -> None:
+        """Delete job ``job_id``'s key secret."""
+        self.key_secrets.delete(job_id)
 
     def boot_failure(self, name: str, found: tuple[Any, str] | None = None) -> str | None:
         """Why a stopped VM is a failure rather than a preemption: its last boot ended before the agent

@@ -11,7 +11,9 @@ Run it once per project (again at any time: it changes only what is missing):
    each of these it lacks is reported with the command that sets it;
 2. the VMs' service account gets ``roles/storage.objectUser`` on the bucket, unless the bucket's policy
    grants it the object permissions already (``--no-grant``: leave the policy alone);
-3. the access checks of ``nbburst doctor`` then run on the bucket.
+3. the access checks of ``nbburst doctor`` then run on the bucket, and on Secret Manager, which hands each job's
+   key to its VM: the API must be enabled (``gcloud services enable secretmanager.googleapis.com``) and these
+   credentials must manage secrets (``roles/secretmanager.admin``); see :mod:`~nbburst.machines.gce.keysecret`.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nbburst.testing import tokens
 from nbburst.testing.compute import catalog as cat
 from nbburst.testing.compute.resources import InstancePlan
 from nbburst.testing.metadata import MetadataServer
@@ -323,7 +324,7 @@ class Instance:
                 "aliases": "default",
                 "email": sa["email"],
                 "scopes": "".join(s + "\n" for s in sa["scopes"]),
-                "token": _token,
+                "token": _token_for(sa["email"]),
                 "identity": _identity_for(sa["email"]),
             }
             accounts[sa["email"]] = entry
@@ -379,8 +380,11 @@ def fingerprint() -> str:
     return base64.b64encode(secrets.token_bytes(8)).decode()
 
 
-def _token(_query) -> dict:
-    return {"access_token": "ya29.emulated-" + secrets.token_urlsafe(24), "expires_in": 3599, "token_type": "Bearer"}
+def _token_for(email: str):
+    def token(_query) -> dict:
+        return tokens.mint(email)
+
+    return token
 
 
 def _identity_for(email: str):

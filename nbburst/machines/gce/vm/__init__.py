@@ -13,11 +13,12 @@ A VM receives its programs as instance metadata, each one bash script (``startup
   when the image has none. ``vmlib.py`` holds what they share;
 * the script's own body.
 
-The scripts are the same for every job: what differs (the job URL, the key, the attempt) is read from
-the instance's metadata attributes, so a restarted VM picks up the new attempt without new scripts.
+The scripts are the same for every job: what differs (the job URL, the key's secret, the attempt) is read
+from the instance's metadata attributes, so a restarted VM picks up the new attempt without new scripts.
 
 A job's VM, on every boot (``startup.sh``): ``bootstrap.py`` reads the job's signed
-``dist/manifest.json``, checks its HMAC with the job key from the metadata server, and makes the venv on
+``dist/manifest.json``, checks its HMAC with the job key (read from the Secret Manager secret the metadata
+names, with the VM's token: only the VM's service account may read it), and makes the venv on
 the disk hold the notebook's environment and the client's nbburst wheel (on a stock image: the notebook's
 Python minor version from uv, the stored environment of ``ROOT/envs/`` the manifest names, then the
 notebook's versions of what is still missing; nothing when the venv is there already: a restart, or an

@@ -3,8 +3,9 @@
 ``python3 bootstrap.py BASE``, run by startup.sh at every boot with the image's own Python (any version,
 standard library only: see vmlib.py).
 
-1. reads the job URL and key from the instance metadata, and leaves the URL in ``BASE/job-url`` for the
-   startup script;
+1. reads the job URL from the instance metadata and the job key from the Secret Manager secret the metadata
+   names (``nbburst-key-secret``, readable by the VM's service account only), and leaves them in
+   ``BASE/job-url`` and ``BASE/job-key`` (mode 0600) for the startup script and the agent;
 2. reads the job's ``dist/manifest.json`` from the bucket and checks its HMAC under the job key;
 3. the venv at ``BASE/venv``:
 
@@ -50,6 +51,7 @@ from vmlib import (
     python_minor,
     run,
     save_wheel,
+    secret,
     shared_venv,
     split_gs,
     uv_binary,
@@ -66,6 +68,16 @@ def read_text(path: str) -> str:
             return f.read()
     except FileNotFoundError:
         return ""
+
+
+def keep_key(base: str, key_hex: str) -> None:
+    """Leave the job key in ``BASE/job-key``, readable by this user only, for the agent and the shutdown
+    script (each boot reads it again: the secret is the key's only home)."""
+    path = os.path.join(base, "job-key")
+    fd = os.open(path + ".part", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key_hex)
+    os.replace(path + ".part", path)
 
 
 def read_manifest(bucket: Bucket, prefix: str, job_id: str, key_hex: str) -> dict[str, Any]:
@@ -153,13 +165,18 @@ def install_job_wheels(base: str, bucket: Bucket, prefix: str, wheels: list[dict
 
 def main(base: str) -> None:
     url = md("instance/attributes/nbburst-job-url")
-    key_hex = md("instance/attributes/nbburst-key")
-    if not url or not key_hex:
-        die("instance metadata has no nbburst-job-url/nbburst-key: this VM was not made by nbburst")
+    secret_name = md("instance/attributes/nbburst-key-secret")
+    if not url or not secret_name:
+        die("instance metadata has no nbburst-job-url/nbburst-key-secret: this VM was not made by nbburst")
     if not url.startswith("gs://") or "/jobs/" not in url:
         die(f"job URL {url!r} is not gs://BUCKET/PREFIX/jobs/ID")
     with open(os.path.join(base, "job-url"), "w") as f:
         f.write(url)
+    try:
+        key_hex = secret(secret_name).decode()
+    except Unreadable as exc:
+        die(str(exc))
+    keep_key(base, key_hex)
     root, _, job_id = url.rstrip("/").rpartition("/jobs/")
     bucket_name, prefix = split_gs(root)
     bucket = Bucket(bucket_name)

@@ -4,6 +4,7 @@
 # shellcheck disable=SC2034  # say() in prelude.sh reads it
 SAY=nbburst-shutdown
 BASE="$(vm_base)"
+export NBBURST_HOME="$BASE"  # the agent module reads the job key there
 say "begin"
 sync
 if [ -x "$BASE/venv/bin/python" ]; then

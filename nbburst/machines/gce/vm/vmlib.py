@@ -11,6 +11,7 @@ nbburst folder.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -80,6 +81,44 @@ def run(cmd: list[str], **kwargs: Any) -> int:
     return subprocess.run(cmd, stdin=subprocess.DEVNULL, **kwargs).returncode
 
 
+# -- Google's APIs, as the VM's service account -----------------------------------------------------------
+
+
+def access_token() -> tuple[str, float]:
+    """(the VM's service-account access token from the metadata server, when to ask for a new one)."""
+    raw = md("instance/service-accounts/default/token")
+    if raw is None:
+        raise Unreadable("the metadata server gave no access token for the VM's service account")
+    token = json.loads(raw)
+    return token["access_token"], time.time() + int(token.get("expires_in", 300)) - 60
+
+
+def secret(name: str) -> bytes:
+    """The latest version of the Secret Manager secret ``name`` (``projects/P/secrets/ID``), read through the
+    REST API (``$NBBURST_SECRETMANAGER_ENDPOINT`` names an emulator) with the VM's token."""
+    endpoint = (os.environ.get("NBBURST_SECRETMANAGER_ENDPOINT") or "https://secretmanager.googleapis.com").rstrip("/")
+    url = f"{endpoint}/v1/{urllib.parse.quote(name)}/versions/latest:access"
+    for attempt in range(4):
+        request = urllib.request.Request(url, headers={"Authorization": "Bearer " + access_token()[0]})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as resp:
+                return base64.b64decode(json.loads(resp.read())["payload"]["data"])
+        except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403, 404):
+                raise Unreadable(
+                    f"cannot read the job key from Secret Manager ({name}): HTTP {exc.code}; the VM's service "
+                    "account needs roles/secretmanager.secretAccessor on it (the client grants it at launch), and "
+                    "the secret is deleted once the job has ended"
+                ) from None
+            if exc.code < 500 and exc.code != 429 or attempt == 3:
+                raise Unreadable(f"cannot read the job key from Secret Manager ({name}): HTTP {exc.code}") from None
+        except (OSError, ValueError, KeyError) as exc:
+            if attempt == 3:
+                raise Unreadable(f"cannot read the job key from Secret Manager ({name}): {exc}") from None
+        time.sleep(1 + 2 * attempt)
+    raise Unreadable(f"cannot read the job key from Secret Manager ({name})")
+
+
 # -- the bucket -----------------------------------------------------------------------------------------
 
 
@@ -97,11 +136,7 @@ class Bucket:
 
     def _headers(self) -> dict[str, str]:
         if self._token is None or self._token[1] < time.time():
-            raw = md("instance/service-accounts/default/token")
-            if raw is None:
-                raise Unreadable("the metadata server gave no access token for the VM's service account")
-            token = json.loads(raw)
-            self._token = (token["access_token"], time.time() + int(token.get("expires_in", 300)) - 60)
+            self._token = access_token()
         return {"Authorization": "Bearer " + self._token[0]}
 
     def _open(self, name: str) -> Any:

@@ -1,0 +1,454 @@
+"""``python -m nbburst.agent.session CELLS --control CONTROL``: a session's warm parent, a controller per cell.
+
+A cell on a fresh machine pays a new Python, its imports and its inputs. A
+session's machine instead runs this warm parent: it has imported nbburst's
+runtime and the notebook's heavy modules once, holds the inputs cells read by
+content address (:mod:`.blobcache`), and for each cell forks a controller that
+runs the attempt exactly as ``python -m nbburst.agent`` would (:class:`.main.Agent`:
+claim check, heartbeat, cancel, time limit, log shipping, the verdict) and forks
+the cell's runner in turn. Each cell is so a process of its own: an ``os._exit``,
+a crash or a timeout ends that cell only, and the parent stays warm for the next.
+
+The client asks for a cell over a Unix socket in a folder only its user can
+enter, with the session's token; the job itself is in the Store as for any cell
+and stays its record. The controller keeps the client's connection and writes a
+byte whenever it has shipped output (``L``) and when the attempt is over (``D``),
+so a waiting client wakes at once instead of polling the Store on a timer.
+
+The parent ends itself (and its machine) after ``--idle`` seconds without a cell
+and at ``--until`` (the session's hard limit); a soft-off (SIGTERM: preemption)
+reaches the running cells' controllers, which leave their attempts PREEMPTED for
+the supervisor as on any machine. It is made the subreaper of what its cells
+start, so what a cell left behind (a double fork) is ended once no cell runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import hmac
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+from ..protocol import imports, payload, signing
+from ..protocol.job import ENV_ATTEMPT, ENV_JOB_KEY, JobLayout, State, attempt_tag, split_job_url
+from ..store import NotFound, Store, open_store
+from . import blobcache, preemption, spawn
+from .main import Agent, Identity, load_spec
+from .shell import INLINE_BACKEND, KERNEL_ENVIRONMENT
+from .shipper import Shipper
+
+#: The session's secret, handed to the parent in its environment (removed from it at once).
+ENV_TOKEN = "NBBURST_SESSION_TOKEN"
+#: How long the parent waits for a request's one line.
+REQUEST_SECONDS = 5.0
+#: How long a running cell may take to end after the hard limit before it is killed.
+LIMIT_GRACE_SECONDS = 10.0
+#: What a session imports before its first cell, besides the notebook's modules.
+RUNTIME = (
+    "nbburst.agent.runner",
+    "nbburst.agent.shell",
+    "nbburst.agent.checkpoints",
+    "nbburst.agent.resume",
+    "nbburst.agent.tqdm_hook",
+    "nbburst.agent.verdict",
+    "nbburst.checkpoint",
+    "nbburst.reporting",
+    "IPython",
+    "tblib.pickling_support",
+    "xxhash",
+)
+_PR_SET_CHILD_SUBREAPER = 36
+#: Packages a warm parent never imports ahead: they look for a kernel (``get_ipython()``) when imported,
+#: so the cell's process imports them after its shell exists (agent/shell.py), as a fresh runner does.
+KERNEL_SIDE = frozenset({"tqdm", "matplotlib_inline", "ipywidgets", "plotly", "bokeh", "IPython", "ipykernel"})
+
+
+class _WakingShipper(Shipper):
+    """Ships like any attempt, and tells the waiting client each time a chunk is out."""
+
+    wake: Any = None
+
+    def flush(self) -> None:
+        before = self.seq
+        super().flush()
+        if self.seq != before and self.wake is not None:
+            self.wake(b"L")
+
+
+class SessionAgent(Agent):
+    """One cell's controller in a session: an ordinary attempt whose output also wakes the client."""
+
+    shipper_class = _WakingShipper
+
+    def write_status(self, **changes: Any) -> None:
+        """As any attempt's, except that a warm machine has nothing to provision: that step is not written
+        (its fields go with the next status)."""
+        if changes.get("state") == State.PROVISIONING:
+            for name, value in changes.items():
+                setattr(self.status, name, value)
+            return
+        super().write_status(**changes)
+
+    def sweep(self, attempts: Any) -> None:
+        """Nothing to find by the job's marker: every process here carries the session's (the machine's).
+        What a cell left behind is ended by the warm parent, its subreaper, once no cell runs."""
+
+
+def _notify(conn: socket.socket, what: bytes) -> None:
+    try:
+        conn.send(what, socket.MSG_DONTWAIT)
+    except OSError:
+        pass  # the client is gone or not reading: the Store has everything
+
+
+def _control(conn: socket.socket, request: dict[str, Any]) -> int:
+    """In the forked controller: run the attempt as ``python -m nbburst.agent`` would, then say so."""
+    os.environ[ENV_JOB_KEY] = request["key"]
+    root, job_id = split_job_url(request["job"])
+    ident = Identity()
+    store = open_store(root)
+    layout = JobLayout(job_id)
+    try:
+        spec = load_spec(store, layout, ident.key)
+    except (NotFound, signing.SignatureError) as exc:
+        print(f"nbburst session: cannot run job {job_id}: {exc}", file=sys.stderr)
+        _notify(conn, b"D")
+        return 3
+    if not store.exists(layout.terminal):
+        agent = SessionAgent(store, layout, spec, ident)
+        agent.shipper.wake = lambda what: _notify(conn, what)
+        preemption.install(agent)
+        agent.run()
+    _notify(conn, b"D")
+    return 0
+
+
+def _take_cell(cells: socket.socket, token: str) -> tuple[socket.socket, dict[str, Any]]:
+    """In the spare controller: wait for the next cell's request (the session's token, a job)."""
+    while True:
+        conn, _ = cells.accept()
+        try:
+            conn.settimeout(REQUEST_SECONDS)
+            request = json.loads(conn.makefile("rb").readline() or b"{}")
+            if hmac.compare_digest(str(request.pop("token", "")), token) and request.get("job"):
+                conn.settimeout(None)
+                return conn, request
+        except (OSError, ValueError) as exc:
+            print(f"nbburst session: a request failed: {exc}", file=sys.stderr)
+        conn.close()
+
+
+class WarmParent:
+    """The session's loop: keep a spare controller forked ahead, reap cells, end on idle or at the limit.
+
+    The fork is the costly step of a cell in a big warm process (its page tables are copied), so it is
+    done ahead of time: a *spare* controller, forked while the session waits, takes the next cell from
+    the cells' socket itself and tells the parent, which then loads what the cell brought (modules,
+    inputs) and forks the next spare, up to date with them. The parent answers the control socket
+    (state, stop) itself."""
+
+    def __init__(self, cells: socket.socket, control: socket.socket, token: str, idle_s: float, until: float):
+        self.cells_socket, self.control, self.token = cells, control, token
+        self.idle_s, self.until = idle_s, until
+        self.sel = selectors.DefaultSelector()
+        self.running: dict[int, int] = {}  # pid -> pidfd, of the cells' controllers
+        self.spare: tuple[int, int] | None = None  # (pid, pidfd) of the controller waiting for the next cell
+        self.cells = 0
+        self.last = time.time()
+        self.stopping = ""
+        self.stores: dict[str, Store] = {}
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        self.report_r, self.report_w = os.pipe()  # spares say here which cell they took
+        self.reports = b""
+
+    # -- serving ---------------------------------------------------------------------------
+    def serve(self) -> str:
+        """Take cells until the session ends; returns why it ended."""
+        self.sel.register(self.control, selectors.EVENT_READ, "control")
+        self.sel.register(self.wake_r, selectors.EVENT_READ, "signal")
+        self.sel.register(self.report_r, selectors.EVENT_READ, "report")
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        self._fork_spare()
+        while True:
+            reason = self._over()
+            if reason:
+                break
+            for key, _ in self.sel.select(self._timeout()):
+                if key.data == "control":
+                    self._answer()
+                elif key.data == "signal":
+                    os.read(self.wake_r, 64)
+                elif key.data == "report":
+                    self._reported()
+                elif key.data == "spare":
+                    self._spare_died()
+                else:
+                    self._reaped(key.data)
+        self._end_spare()
+        self._end_cells(reason)
+        return reason
+
+    def _over(self) -> str:
+        now = time.time()
+        if self.stopping and not self.running:
+            return self.stopping
+        if now >= self.until:
+            return "the session's time limit"
+        if not self.running and now - self.last >= self.idle_s:
+            return f"{self.idle_s:g} s without a cell"
+        return ""
+
+    def _timeout(self) -> float:
+        now = time.time()
+        left = self.until - now
+        if not self.running:
+            left = min(left, self.last + self.idle_s - now)
+        return max(0.0, left)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        """Soft-off: the running cells' controllers save what they can and leave their attempts PREEMPTED."""
+        self.stopping = "the machine is going away"
+        for pid in self.running:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        try:
+            os.write(self.wake_w, b"!")
+        except OSError:
+            pass
+
+    # -- the spare controller ----------------------------------------------------------------
+    def _fork_spare(self) -> None:
+        if self.spare is not None or self.stopping:
+            return
+        parents = [self.control.fileno(), self.sel.fileno(), self.wake_r, self.wake_w, self.report_r]
+        inherited = parents + list(self.running.values())
+        cells, token, report_w = self.cells_socket, self.token, self.report_w
+
+        def body() -> int:
+            for fd in inherited:  # the parent's: a cell holds only its own connection and the report pipe
+                os.close(fd)
+            conn, request = _take_cell(cells, token)
+            cells.close()
+            os.write(report_w, json.dumps({**request, "pid": os.getpid()}).encode() + b"\n")  # < PIPE_BUF: whole
+            os.close(report_w)
+            os.environ[ENV_ATTEMPT] = attempt_tag(split_job_url(request["job"])[1], int(request["attempt"]))
+            return _control(conn, request)
+
+        pid = spawn.spawn(body, os.environ.get(ENV_ATTEMPT, ""))
+        pidfd = os.pidfd_open(pid)
+        self.spare = (pid, pidfd)
+        self.sel.register(pidfd, selectors.EVENT_READ, "spare")
+
+    def _reported(self) -> None:
+        """A spare took a cell: it is the cell's controller now; load what the cell brought, fork the next."""
+        self.reports += os.read(self.report_r, 1 << 16)
+        *lines, self.reports = self.reports.split(b"\n")
+        for line in lines:
+            request = json.loads(line)
+            pid = request["pid"]
+            if self.spare is not None and self.spare[0] == pid:
+                self.sel.modify(self.spare[1], selectors.EVENT_READ, pid)
+                self.running[pid] = self.spare[1]
+                self.spare = None
+            self.cells += 1
+            self.last = time.time()
+            self._prepare(request)
+        self._fork_spare()
+
+    def _spare_died(self) -> None:
+        """The spare ended before it took a cell (killed, or a crash): fork another."""
+        if self.spare is not None:
+            pid, pidfd = self.spare
+            self.spare = None
+            self._forget(pid, pidfd)
+        self._fork_spare()
+
+    def _end_spare(self) -> None:
+        if self.spare is not None:
+            pid, pidfd = self.spare
+            self.spare = None
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._forget(pid, pidfd)
+
+    # -- requests --------------------------------------------------------------------------
+    def _answer(self) -> None:
+        """A request on the control socket: the session's state, or ``stop``."""
+        conn, _ = self.control.accept()
+        try:
+            conn.settimeout(REQUEST_SECONDS)
+            request = json.loads(conn.makefile("rb").readline() or b"{}")
+            if not hmac.compare_digest(str(request.get("token", "")), self.token):
+                return  # not the session's client
+            if request.get("stop"):
+                self.stopping = "stopped by the user"
+            conn.sendall(json.dumps(self.describe()).encode() + b"\n")
+        except (OSError, ValueError) as exc:
+            print(f"nbburst session: a request failed: {exc}", file=sys.stderr)
+        finally:
+            conn.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "running": len(self.running),
+            "cells": self.cells,
+            "last": self.last,
+            "until": self.until,
+            "held": blobcache.held(),
+            "reads": blobcache.reads(),
+            "stopping": self.stopping,
+        }
+
+    def _prepare(self, request: dict[str, Any]) -> None:
+        """After a cell started: import its modules and hold its inputs here, for the cells after it."""
+        try:
+            root, job_id = split_job_url(request["job"])
+            store = self.stores.get(root) or self.stores.setdefault(root, open_store(root))
+            layout = JobLayout(job_id)
+            spec = load_spec(store, layout, bytes.fromhex(request["key"]))
+            raw = store.get(layout.inputs)
+            if payload.digest_bytes(raw) != spec.digests.get("inputs.json"):
+                return  # the runner refuses it, and says so
+            manifest = json.loads(raw)
+            imports.import_all(warm_imports([*manifest.get("submodules", []), *manifest.get("modules", {}).values()]))
+            for digest in [*manifest.get("values", {}).values(), manifest.get("state")]:
+                if digest:
+                    blobcache.hold(store, digest)
+        except Exception as exc:  # the runner meets the same problem and reports it as the cell's
+            print(f"nbburst session: could not prepare {request.get('job')}: {exc}", file=sys.stderr)
+
+    def _reaped(self, pid: int) -> None:
+        self._forget(pid, self.running.pop(pid))
+        self.last = time.time()
+        if not self.running:
+            _end_leftovers(keep={self.spare[0]} if self.spare else set())
+
+    def _forget(self, pid: int, pidfd: int) -> None:
+        self.sel.unregister(pidfd)
+        os.close(pidfd)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+
+    def _end_cells(self, reason: str) -> None:
+        """At the limit (or when the machine goes), the cells still running get a little time, then end."""
+        end = time.time() + LIMIT_GRACE_SECONDS
+        while self.running and time.time() < end:
+            for key, _ in self.sel.select(max(0.0, end - time.time())):
+                if isinstance(key.data, int):
+                    self._reaped(key.data)
+        for pid in list(self.running):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._reaped(pid)
+        print(f"nbburst session: ending after {self.cells} cells: {reason}", file=sys.stderr, flush=True)
+
+
+def warm_imports(names: list[str]) -> list[str]:
+    """Of the modules a cell imports, those the warm parent imports ahead: whole packages (their top level),
+    none that looks for a kernel when imported (they are imported in the cell's process, after its shell)."""
+    return sorted({n.partition(".")[0] for n in names} - KERNEL_SIDE)
+
+
+def _end_leftovers(keep: set[int]) -> None:
+    """End and reap what the finished cells left behind (adopted by this subreaper); no cell is running."""
+    import psutil
+
+    for child in psutil.Process().children():
+        if child.pid in keep:
+            continue
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _warm_shell() -> None:
+    """Make and run an IPython shell once, and let it go: what it imports and compiles on first use (the
+    completer, the inspector, the input transformers' patterns) is then ready in every cell's process,
+    which makes its own shell (agent/shell.py) over its own namespace."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    shell = InteractiveShell.instance(config=Config({"HistoryManager": {"enabled": False}}))
+    shell.run_cell("pass", store_history=False)
+    InteractiveShell.clear_instance()
+
+
+def _listen(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(path)
+    sock.listen(64)
+    return sock
+
+
+def _subreaper() -> None:
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m nbburst.agent.session")
+    p.add_argument("socket", help="the Unix socket cells come on (its folder is the session's)")
+    p.add_argument("--control", required=True, help="the Unix socket of the session's state and stop")
+    p.add_argument("--idle", type=float, default=600.0, help="end after this many seconds without a cell")
+    p.add_argument("--until", type=float, required=True, help="end at this time (seconds since the epoch)")
+    p.add_argument("--preload", default="", help="modules to import before the first cell, comma-separated")
+    args = p.parse_args(argv)
+    token = os.environ.pop(ENV_TOKEN, "")
+    if not token:
+        raise SystemExit("nbburst session: no token")
+    cells, control = (_listen(path) for path in (args.socket, args.control))
+    _subreaper()
+    # Cells wait in the backlog while the parent warms up: the session is up as soon as it listens.
+    os.environ.update(KERNEL_ENVIRONMENT)  # what the cell's shell sets, before anything imports matplotlib
+    os.environ.setdefault("MPLBACKEND", INLINE_BACKEND)
+    imports.import_all([*RUNTIME, *warm_imports(args.preload.split(","))])
+    _warm_shell()
+    if os.environ.get("XTRACE"):
+        sys.path.insert(0, "/tmp/sess")
+        import xtrace
+
+        xtrace.install()
+    parent = WarmParent(cells, control, token, args.idle, args.until)
+    try:
+        parent.serve()
+    finally:
+        for sock, path in ((cells, args.socket), (control, args.control)):
+            sock.close()
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(args.socket))
+    from .gce import end_machine
+
+    end_machine()  # a Compute Engine VM deletes itself; nothing to do locally
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,133 @@
+"""Bring the files a cell wrote on its machine into a local folder, as a plain cell would have left them.
+
+The agent keeps them in the job's folder in the Store (:mod:`nbburst.protocol.workfiles`);
+here they are fetched, when the job ends, into the kernel's working folder, or
+later into any folder (``nbburst download JOB``, ``%burst download JOB``,
+``Job.download(dest)``). For each file:
+
+* absent here: written;
+* here with the same content: left alone;
+* here, unchanged since the cell started (older than the job): replaced, as the cell would have;
+* here and changed since the cell started: never overwritten: the machine's copy is written
+  beside it as ``<stem>.<job id><suffix>``, and the :class:`Arrival` says so.
+
+Deletions on the machine are not mirrored. Each file streams from the Store to
+a temporary name in its folder, is checked (its seal, then its sha256) and only
+then renamed to its final name: an interrupted download never leaves a half file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..protocol import workfiles
+from ..protocol.folder import JobFolder
+from ..protocol.signing import SignatureError
+from ..store import NotFound
+
+_READ = 8 << 20
+GIB = 1 << 30
+
+
+@dataclass
+class Arrival:
+    """What a download did, file by file (paths relative to ``dest``)."""
+
+    dest: Path
+    written: list[str] = field(default_factory=list)
+    same: list[str] = field(default_factory=list)
+    kept_both: dict[str, str] = field(default_factory=dict)  # the local file -> where the machine's copy went
+    held: int = 0  # bytes left in the Store (over the limit): nothing was fetched
+    total: int = 0
+
+    def lines(self, job_ref: str, asked: bool = False) -> list[str]:
+        """What to tell the user: nothing when nothing happened, unless the download was ``asked`` for."""
+        out = []
+        if self.held:
+            out.append(
+                f"the cell wrote {len(self.written) or 'some'} file(s), {_size(self.held)} in all, more than the "
+                f"files_limit_gb to bring back by itself; they are kept in the Store: "
+                f"`%burst download {job_ref}` or `nbburst download {job_ref} [DEST]` fetches them"
+            )
+            return out
+        if self.written:
+            shown = ", ".join(self.written[:8]) + (
+                f" and {len(self.written) - 8} more" if len(self.written) > 8 else ""
+            )
+            out.append(f"files the cell wrote, now in {self.dest}: {shown}")
+        for local, other in self.kept_both.items():
+            out.append(f"{local} changed here since the cell started: kept it, and put the machine's copy in {other}")
+        if asked and not out:
+            out.append(
+                f"all {len(self.same)} file(s) the cell wrote are in {self.dest} already"
+                if self.same
+                else "the cell wrote no files"
+            )
+        return out
+
+
+def listing(folder: JobFolder) -> dict[str, workfiles.Entry]:
+    """The files the job kept ({} when there are none)."""
+    try:
+        return workfiles.decode(folder.get_record(workfiles.manifest_key(folder.layout)))
+    except NotFound:
+        return {}
+
+
+def download(folder: JobFolder, dest: str | os.PathLike[str], started: float, limit: int | None = None) -> Arrival:
+    """Fetch the job's files into ``dest`` (see the module's rules); over ``limit`` bytes, nothing is fetched.
+
+    ``started``: when the cell started; a local file modified after it is the user's and is kept."""
+    dest = Path(dest).expanduser().resolve()
+    entries = listing(folder)
+    arrival = Arrival(dest, total=sum(e.size for e in entries.values()))
+    if limit is not None and arrival.total > limit:
+        arrival.held = arrival.total
+        arrival.written = sorted(entries)
+        return arrival
+    for rel, entry in sorted(entries.items()):
+        target = dest / rel
+        if target.is_file():
+            if _sha256(target) == entry.sha256:
+                arrival.same.append(rel)
+                continue
+            if target.stat().st_mtime > started:
+                other = _beside(target, folder.job_id)
+                _fetch(folder, rel, entry, other)
+                arrival.kept_both[rel] = other.relative_to(dest).as_posix()
+                continue
+        _fetch(folder, rel, entry, target)
+        arrival.written.append(rel)
+    return arrival
+
+
+def _beside(target: Path, job_id: str) -> Path:
+    return target.with_name(f"{target.stem}.{job_id}{target.suffix}")
+
+
+def _fetch(folder: JobFolder, rel: str, entry: workfiles.Entry, target: Path) -> None:
+    """Stream one file to a temporary name beside ``target``, check it, then rename it."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".nbburst-dl-{target.name}-{os.getpid()}")
+    try:
+        folder.get_file(workfiles.file_key(folder.layout, rel), tmp)  # the seal is checked as it streams
+        if _sha256(tmp) != entry.sha256 or tmp.stat().st_size != entry.size:
+            raise SignatureError(f"file {rel} of job {folder.job_id} does not match its checksum; not written")
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_READ):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _size(n: int) -> str:
+    return f"{n / GIB:.1f} GiB" if n >= GIB // 10 else f"{n / (1 << 20):.1f} MiB"

@@ -1,0 +1,176 @@
+"""The job key on its way to the VM: a Secret Manager secret only the VM's service account may read.
+
+The per-job key signs everything the job writes to the bucket. Instance metadata is readable by anyone with
+``compute.instances.get`` (every project Viewer), so the key does not go there: the client stores it as the
+secret ``nbburst-key-<job id>`` (labels ``nbburst=1``, ``nbburst-job``), whose IAM policy grants
+``roles/secretmanager.secretAccessor`` to the VM's service account and nobody else; the VM's metadata names the
+secret (``nbburst-key-secret``), and the VM's bootstrap reads ``versions/latest:access`` with its metadata-server
+token (``nbburst/machines/gce/vm/vmlib.py``). The secret is deleted when the client sees the job end
+(:meth:`KeySecrets.delete`, from ``GCEMachines.cleanup``) or by ``nbburst gc`` once its job has ended or is
+unknown (:meth:`KeySecrets.held`).
+
+Who can read the key, then: the VM's service account, and principals with ``secretmanager.versions.access`` on
+the project (Owner, Editor, Secret Manager Admin/Accessor), who could run code as the VM's account anyway.
+
+The caller needs the Secret Manager API enabled and ``roles/secretmanager.admin`` on the project (create, set
+the IAM policy, add a version, delete); :meth:`KeySecrets.check` says so before a launch and in ``nbburst doctor``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ...errors import BurstError
+from ..base import Check
+from .api import label
+
+SECRET_PREFIX = "nbburst-key-"
+#: The instance metadata attribute that names the job's key secret (``projects/P/secrets/ID``).
+METADATA_KEY = "nbburst-key-secret"
+ACCESSOR = "roles/secretmanager.secretAccessor"
+ENABLE = "gcloud services enable secretmanager.googleapis.com"
+GRANT = "gcloud projects add-iam-policy-binding {project} --member=user:YOU --role=roles/secretmanager.admin"
+
+
+def secret_id(job_id: str) -> str:
+    """The id of the secret holding job ``job_id``'s key."""
+    return SECRET_PREFIX + job_id
+
+
+class KeySecrets:
+    """Job keys as Secret Manager secrets of one project (an emulator at ``endpoint``, reached with the
+    credentials ``credentials()`` gives; Google's API otherwise)."""
+
+    def __init__(self, endpoint: str, project: Callable[[], str], credentials: Callable[[], Any]):
+        self.endpoint = (endpoint or "").rstrip("/")
+        self._project = project
+        self._credentials = credentials
+        self._client: Any = None
+
+    @property
+    def client(self) -> Any:
+        """The SecretManagerServiceClient (REST), made once."""
+        if self._client is None:
+            from google.cloud import secretmanager_v1
+
+            kwargs: dict[str, Any] = {"transport": "rest"}
+            if self.endpoint:
+                from google.auth.credentials import AnonymousCredentials
+
+                kwargs["credentials"] = AnonymousCredentials()
+                kwargs["client_options"] = {"api_endpoint": self.endpoint}
+            else:
+                kwargs["credentials"] = self._credentials()
+            self._client = secretmanager_v1.SecretManagerServiceClient(**kwargs)
+        return self._client
+
+    def name(self, job_id: str) -> str:
+        """The secret's resource name, ``projects/P/secrets/nbburst-key-JOB``."""
+        return f"projects/{self._project()}/secrets/{secret_id(job_id)}"
+
+    def put(self, job_id: str, key: bytes, service_account: str, owner: str = "") -> str:
+        """Store ``key`` for ``job_id``, readable by ``service_account`` only; the secret's name. Made once per
+        job: a relaunch finds it (and adds the key only if an interrupted first launch left it without)."""
+        from google.api_core import exceptions as gexc
+
+        name = self.name(job_id)
+        what = f"storing the job key in Secret Manager ({name})"
+        try:
+            try:
+                self.client.create_secret(
+                    request={
+                        "parent": f"projects/{self._project()}",
+                        "secret_id": secret_id(job_id),
+                        "secret": {
+                            "replication": {"automatic": {}},
+                            "labels": {
+                                "nbburst": "1",
+                                "nbburst-job": label(job_id),
+                                "nbburst-owner": label(owner),
+                            },
+                        },
+                    },
+                    timeout=30,
+                )
+                fresh = True
+            except gexc.Conflict:
+                fresh = False  # an earlier launch of this job made it
+            self._grant(name, f"serviceAccount:{service_account}")
+            if fresh or not list(self.client.list_secret_versions(request={"parent": name}, timeout=30)):
+                import google_crc32c
+
+                payload = {"data": key.hex().encode(), "data_crc32c": google_crc32c.value(key.hex().encode())}
+                self.client.add_secret_version(request={"parent": name, "payload": payload}, timeout=30)
+        except gexc.GoogleAPICallError as exc:
+            raise BurstError(f"{what}: {_explain(exc, self._project())}") from None
+        return name
+
+    def _grant(self, name: str, member: str) -> None:
+        from google.api_core import exceptions as gexc
+
+        for _ in range(3):
+            policy = self.client.get_iam_policy(request={"resource": name}, timeout=30)
+            if (
+                any(b.role == ACCESSOR and list(b.members) == [member] for b in policy.bindings)
+                and len(policy.bindings) == 1
+            ):
+                return
+            del policy.bindings[:]
+            policy.bindings.add(role=ACCESSOR, members=[member])
+            try:
+                self.client.set_iam_policy(request={"resource": name, "policy": policy}, timeout=30)
+                return
+            except gexc.Conflict:  # changed meanwhile (etag): read it again
+                continue
+        raise BurstError(f"the IAM policy of {name} kept changing; try again")
+
+    def delete(self, job_id: str) -> None:
+        """Delete job ``job_id``'s key secret (nothing when it is gone)."""
+        from google.api_core import exceptions as gexc
+
+        try:
+            self.client.delete_secret(request={"name": self.name(job_id)}, timeout=30)
+        except gexc.NotFound:
+            return
+
+    def held(self) -> list[tuple[str, str]]:
+        """(job id, owner label) of every job key secret of the project."""
+        found = self.client.list_secrets(
+            request={"parent": f"projects/{self._project()}", "filter": "labels.nbburst=1"}, timeout=30
+        )
+        out = []
+        for secret in found:
+            sid = secret.name.rsplit("/", 1)[-1]
+            if sid.startswith(SECRET_PREFIX):
+                out.append((sid[len(SECRET_PREFIX) :], secret.labels.get("nbburst-owner", "")))
+        return sorted(out)
+
+    def check(self) -> Check:
+        """Whether jobs can hand their keys to VMs: the API is enabled and these credentials may list secrets
+        (they need roles/secretmanager.admin to make them)."""
+        from google.api_core import exceptions as gexc
+
+        try:
+            self.client.list_secrets(request={"parent": f"projects/{self._project()}", "page_size": 1}, timeout=30)
+        except gexc.GoogleAPICallError as exc:
+            fix = ENABLE if getattr(exc, "reason", "") == "SERVICE_DISABLED" else GRANT.format(project=self._project())
+            return Check("secret manager", False, _explain(exc, self._project()), fix=fix)
+        return Check(
+            "secret manager",
+            True,
+            "enabled, and these credentials may list secrets (making the secret that hands each job's key to its "
+            "VM alone needs roles/secretmanager.admin)",
+        )
+
+
+def _explain(exc: Any, project: str) -> str:
+    message = getattr(exc, "message", "") or str(exc)
+    if getattr(exc, "reason", "") == "SERVICE_DISABLED":
+        return f"the Secret Manager API is not enabled in project {project} ({ENABLE})"
+    if getattr(exc, "code", 0) == 403:
+        return (
+            f"{message} — the job key goes to the VM through Secret Manager: these credentials need "
+            f"roles/secretmanager.admin on project {project}"
+        )
+    return message

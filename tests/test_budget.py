@@ -1,0 +1,85 @@
+"""``--budget``: a dollar cap on a job's machines, enforced at plan, at launch (maxRunDuration) and on the machine."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support import wait_until
+
+from nbburst.client.burst import Burst, Job
+from nbburst.client.capture import capture
+from nbburst.errors import UsageError
+from nbburst.machines.base import machine_name
+from nbburst.machines.gce.machines import GCEMachines
+from nbburst.options import Options
+from nbburst.protocol import budget
+from nbburst.protocol.job import State
+from nbburst.ui.tables import cost_text
+
+#: e2 spot at $3.60 per vCPU-hour, memory and disk free: an e2 machine with 2 vCPUs costs $0.002 a second.
+PRICES = {
+    "families": {"e2": {"spot_vcpu": 3.6, "spot_gb": 0.0, "vcpu": 3.6, "gb": 0.0}},
+    "disks": {"pd-balanced": {"gb_month": 0.0}},
+}
+
+LOOP = """
+import nbburst, time
+for i in nbburst.checkpoint.range(100000, name="train"):
+    nbburst.checkpoint.save("step", i)
+    print("step", i, flush=True)
+    time.sleep(0.2)
+"""
+
+
+def submit(burst: Burst, code: str, **options) -> Job:
+    return burst.submit_cell(code, capture(code, {}, None, set()), burst.options(**options))
+
+
+def test_budget_parsing_and_arithmetic():
+    assert budget.parse_budget("$2.50") == 2.5 and budget.parse_budget(None) is None
+    for bad in ("-1", "0", "two dollars", "nan"):
+        with pytest.raises(UsageError, match="--budget"):
+            budget.parse_budget(bad)
+    assert Options.build(budget="2.5").budget_usd == 2.5
+    assert budget.seconds_for(0.02, 7.2) == pytest.approx(10.0)
+    assert budget.view(2.0, 0.5) == {"usd": 2.0, "spent": 0.5, "left": 1.5, "share": 0.25}
+    assert budget.stop_after(100.0) == 90.0 and budget.stop_after(1000.0) == 985.0
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02, preemption_grace=1.0)
+def test_a_budget_too_small_to_boot_is_refused_at_plan(gce_env, compute_emulator, tmp_path, monkeypatch):
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps(PRICES))
+    monkeypatch.setenv("NBBURST_PRICE_FILE", str(prices))
+    burst = Burst()
+    with pytest.raises(UsageError, match=r"--budget \$0.0100 buys 5 s .* give at least \$0.0600"):
+        submit(burst, "x = 1", backend="gce", machine_type="e2-standard-2", budget="0.01")
+    assert not [r for r in compute_emulator.request_log if r["method"] == "POST"]  # nothing was launched
+    assert burst.jobs(store=burst.store_for("gce")) == []
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02, preemption_grace=1.0)
+def test_a_budget_stops_a_job_on_compute_engine(gce_env, compute_emulator, tmp_path, monkeypatch):
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps(PRICES))
+    monkeypatch.setenv("NBBURST_PRICE_FILE", str(prices))
+    burst = Burst()
+    job = submit(burst, LOOP, backend="gce", machine_type="e2-standard-2", budget="0.09")  # 45 s of the machine
+    assert job.spec.plan["machine_type"].startswith("e2-") and job.info()["cost_per_hour_usd"] == pytest.approx(7.2)
+    insert = next(r for r in compute_emulator.request_log if r["method"] == "POST" and r["path"].endswith("/instances"))
+    sched = insert["body"]["scheduling"]
+    assert sched["instanceTerminationAction"] == "DELETE"  # the cap is Google's to enforce, too
+    assert 40 <= int(sched["maxRunDuration"]["seconds"]) <= 45 < GCEMachines.run_margin_s
+    assert " of $0.0900" in cost_text(job.info())
+
+    wait_until(lambda: "step 3" in job.logs(), timeout=60, what="the loop to run")
+    assert job.wait(timeout=90) == State.FAILED
+    reason = job.terminal().reason
+    assert "reached its budget" in reason and "of $0.0900" in reason, reason
+    info = job.info()
+    assert info["budget"]["usd"] == 0.09 and info["budget"]["spent"] <= 0.09 + 1e-9
+    assert info["budget"]["spent"] >= 0.09 * 0.8  # it ran for most of what it could buy
+    store = burst.store_for("gce")
+    assert any("/state/" in k for k in store.list(job.layout.checkpoints))  # checkpoints kept: --resume continues
+    assert compute_emulator.wait_for_status(machine_name(job.id), "DELETED", timeout=30) == "DELETED"

@@ -1,0 +1,88 @@
+"""Real third-party notebooks give the same results under ``%%burst`` on every cell as plainly.
+
+Each notebook of ``tests/thirdparty/`` (statsmodels ``.ipynb`` files as their authors wrote them,
+networkx and imbalanced-learn sphinx-gallery scripts split at their ``# %%`` markers) runs in a
+fresh kernel twice through nbclient: plainly, and with ``%%burst`` before every code cell on the
+local backend (tests/fidelity.py). The two runs must agree cell by cell on stdout, ``Out``, the
+display MIME types and whether (and what) the cell raised, and at the end on the namespace
+(types, values or hashes, fitted or not).
+
+What a notebook does not reproduce even between two plain runs of its own is listed in
+:data:`VARIES`, per notebook, with the reason, and left out of its comparison; nothing else is.
+
+A burst run starts a new agent process per cell, so the whole corpus takes long: by default a
+representative subset (:data:`SUBSET`, all three projects) runs; ``pytest --corpus=all`` runs
+every notebook.
+"""
+
+from __future__ import annotations
+
+import pytest
+from fidelity import check, discover, notebook_id
+
+_UNSEEDED = "draws random numbers without a seed: two plain runs differ too"
+
+#: Aspects a notebook does not reproduce between two plain runs (``python tests/fidelity.py --control``
+#: finds them), with why. Aspects are named as the harness reports them: ``cell N stdout|out|mimes|error``
+#: or ``namespace NAME``.
+VARIES: dict[str, dict[str, str]] = {
+    "imbalanced-learn/plot_make_imbalance": {"namespace X_resampled": _UNSEEDED},
+    "imbalanced-learn/plot_outlier_rejections": {
+        **dict.fromkeys(
+            [
+                "cell 1 stdout",
+                "namespace X_inliers",
+                "namespace X_test",
+                "namespace X_train",
+                "namespace blobs",
+                "namespace moons",
+                "namespace y_inliers",
+                "namespace y_pred",
+            ],
+            "make_moons/make_blobs without a random_state: " + _UNSEEDED,
+        )
+    },
+}
+
+#: The notebooks run by default: each project's quickest, plus the ones that once showed a cause
+#: (a data file beside the notebook, a seaborn colormap in rcParams, a formula naming a notebook
+#: function, a Pipeline fitted in place).
+SUBSET = [
+    "imbalanced-learn/plot_classification_report",
+    "imbalanced-learn/plot_illustration_generation_sample",
+    "imbalanced-learn/plot_make_imbalance",
+    "imbalanced-learn/plot_pipeline_classification",
+    "imbalanced-learn/plot_illustration_tomek_links",
+    "networkx/plot_blockmodel",
+    "networkx/plot_karate_club",
+    "networkx/plot_degree",
+    "networkx/plot_center_node",
+    "networkx/plot_knuth_miles",
+    "statsmodels/glm_formula",
+    "statsmodels/copula",
+    "statsmodels/wls",
+    "statsmodels/chi2_fitting",
+    "statsmodels/tsa_dates",
+]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "notebook" in metafunc.fixturenames:
+        names = [notebook_id(p) for p in discover()]
+        if metafunc.config.getoption("--corpus") != "all":
+            names = [n for n in names if n in SUBSET]
+        metafunc.parametrize("notebook", names)
+
+
+def test_the_subset_and_the_documented_variations_name_real_notebooks():
+    names = {notebook_id(p) for p in discover()}
+    assert set(SUBSET) <= names and set(VARIES) <= names
+    projects = {n.partition("/")[0] for n in SUBSET}
+    assert len(SUBSET) >= 15 and projects == {p.partition("/")[0] for p in names}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_notebook_gives_the_same_results_under_burst(notebook: str):
+    result = check(notebook, ignore=VARIES.get(notebook, {}))
+    assert result.status == "identical", result.describe(limit=20)

@@ -1,0 +1,117 @@
+"""Warm sessions on the local backend: cells share one warm machine, inputs stay held, the machine ends itself."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+from support import wait_until
+
+from nbburst.client.burst import Burst
+from nbburst.client.capture import capture
+from nbburst.client.session import SessionGone
+from nbburst.errors import JobFailed
+from nbburst.machines.base import GONE, machine_name
+from nbburst.protocol.job import State, blob_key
+from nbburst.ui import cli
+
+#: The cell's warm parent: the parent of its controller (the runner's parent).
+PARENT = "import os, psutil\nparent = psutil.Process(os.getppid()).ppid()\n"
+
+
+@pytest.fixture
+def burst(burst_env):
+    b = Burst()
+    yield b
+    for session in b.sessions.all():
+        b.sessions.stop(session.name)
+        assert b.machines("local").describe(session.machine).state == GONE
+
+
+def run(b: Burst, code: str, ns: dict[str, Any], **options: Any) -> Any:
+    """Run ``code`` as a %%burst cell (on the default session) and merge its variables into ``ns``."""
+    job = b.submit_cell(code, capture(code, ns, None), b.options(**options))
+    job.wait()
+    if job.state == State.SUCCEEDED:
+        job.outcome(ns).merge_into(ns)
+    return job
+
+
+def test_cells_run_on_the_one_warm_machine_and_unchanged_inputs_stay_put(burst):
+    session = burst.sessions.start(cores=1, idle="5m", timeout="10m")
+    ns: dict[str, Any] = {"big": np.arange(1 << 20, dtype=np.float64)}
+    first = run(burst, PARENT + "total = float(big.sum())", ns)
+    assert first.state == State.SUCCEEDED, first.logs()
+    warm = session.ask({})
+    assert ns["parent"] == warm["pid"] and ns["total"] == float(np.arange(1 << 20).sum())
+    assert first.statuses()[-1].machine == session.machine
+    blobs = {Path(p).name: Path(p) for p in burst.store.list("blobs/")}
+    held = set(warm["held"]) & set(blobs)
+    assert held, "the input's blob is held by the warm parent"
+    # Spoil the held blob in the Store: a cell that uploads it again or reads it again would show it.
+    for digest in held:
+        path = Path(os.environ["NBBURST_ROOT"]) / blob_key(digest)
+        path.write_bytes(b"not the input")
+
+    second = run(burst, PARENT + "total2 = float(big[::2].sum())", ns)
+    assert second.state == State.SUCCEEDED, second.logs()
+    assert ns["parent"] == warm["pid"], "the second cell ran on the same warm parent"
+    assert ns["total2"] == float(np.arange(1 << 20)[::2].sum())
+    assert session.ask({})["reads"] == warm["reads"], "nothing was read from the Store again"
+    for digest in held:
+        assert (Path(os.environ["NBBURST_ROOT"]) / blob_key(digest)).read_bytes() == b"not the input"
+    machines = [m.name for m in burst.machines("local").list()]
+    assert machines == [session.machine], "no machine of its own for either cell"
+    assert machine_name(second.id) not in machines
+
+
+def test_a_crash_or_a_timeout_does_not_poison_the_next_cell(burst):
+    session = burst.sessions.start(cores=1, idle="5m", timeout="10m")
+    ns: dict[str, Any] = {}
+    crashed = run(burst, "import os\nos._exit(3)", ns)
+    assert crashed.state == State.FAILED
+    assert "exited with code 3" in crashed.terminal().reason
+    slow = run(burst, "import time\ntime.sleep(60)", ns, timeout="2s")
+    assert slow.state == State.FAILED and "time limit" in slow.terminal().reason
+    with pytest.raises(JobFailed):
+        slow.outcome(ns)
+    after = run(burst, PARENT + "x = 41 + 1", ns)
+    assert after.state == State.SUCCEEDED, after.logs()
+    state = session.ask({})
+    assert ns["x"] == 42 and ns["parent"] == state["pid"] and state["cells"] == 3
+
+
+def test_idle_ends_the_machine_and_the_next_cell_brings_it_back(burst):
+    session = burst.sessions.start(cores=1, idle="1s", timeout="10m")
+    machines = burst.machines("local")
+    wait_until(lambda: machines.describe(session.machine).state == GONE, timeout=30, what="idle session ends")
+    ns: dict[str, Any] = {}
+    job = run(burst, PARENT + "y = 7", ns)
+    assert job.state == State.SUCCEEDED and ns["y"] == 7
+    assert job.session.revived
+    assert ns["parent"] == burst.sessions.get().ask({})["pid"]
+
+
+def test_the_hard_limit_ends_the_machine_and_later_cells_are_refused(burst):
+    session = burst.sessions.start(cores=1, idle="10m", timeout="2s")
+    machines = burst.machines("local")
+    wait_until(lambda: machines.describe(session.machine).state == GONE, timeout=30, what="session at its limit")
+    with pytest.raises(SessionGone, match="time limit"):
+        run(burst, "z = 1", {})
+    assert burst.sessions.all() == []
+
+
+def test_sessions_command_shows_and_stops_sessions(burst, capsys):
+    session = burst.sessions.start(name="cli-one", cores=1, idle="5m", timeout="10m")
+    pid = session.ask({})["pid"]
+    assert cli.main(["sessions"]) == 0
+    out = capsys.readouterr().out
+    assert "cli-one" in out and "RUNNING" in out and "$0.0000" in out
+    assert cli.main(["sessions", "--stop", "cli-one"]) == 0
+    assert "stopped session cli-one" in capsys.readouterr().out
+    wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    assert burst.sessions.all() == []
