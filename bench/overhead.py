@@ -230,7 +230,14 @@ def _elapsed(timing: dict) -> float:
 
 
 #: The measurements, in the order they run.
-MEASUREMENTS: list[Callable[[Bench], list[Row]]] = [empty_cell, big_input, mutated_input, notebook]
+def warm_session(bench: Bench) -> list[Row]:
+    """(f)-(k) a warm session beside ipyparallel and a Dask LocalCluster on the same cells (bench/warm.py)."""
+    from warm import measure  # bench/ is this script's folder: first on sys.path
+
+    return measure(bench, Row)
+
+
+MEASUREMENTS: list[Callable[[Bench], list[Row]]] = [empty_cell, big_input, mutated_input, notebook, warm_session]
 
 
 def table(rows: list[Row]) -> str:

@@ -26,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,33 +109,42 @@ def _added(samples: list[float], plains: list[float]) -> list[float]:
     return [s - p for s, p in zip(samples, plains, strict=True)]
 
 
+def rounds(systems: dict[str, Callable[[], Any]], repeat: int) -> dict[str, list[float]]:
+    """Seconds of each system, interleaved round after round; the first round (imports, first uploads)
+    warms every system up and is left out."""
+    times: dict[str, list[float]] = {k: [] for k in systems}
+    for _ in range(repeat + 1):
+        for system, fn in systems.items():
+            t = time.perf_counter()
+            fn()
+            times[system].append(time.perf_counter() - t)
+    return {k: v[1:] for k, v in times.items()}
+
+
+def _cell_systems(peers: Peers, code: str, name: str, data: dict[str, Any]) -> dict[str, Callable[[], Any]]:
+    """The cell ``code`` (inputs ``data``, result ``name``) on each system; the peers got ``data`` before."""
+    peers.view.push(data)
+    scattered = {k: peers.dask.scatter(v, broadcast=True) for k, v in data.items()}
+
+    def dask_cell(**values: Any) -> Any:
+        ns = dict(values)
+        exec(code, ns)
+        return ns[name]
+
+    return {
+        "plain": lambda: _run(code, dict(data)),
+        SESSION: lambda: peers.session(code, dict(data)),
+        IPP: lambda: peers.ipp(code),
+        DASK: lambda: peers.dask.submit(dask_cell, pure=False, **scattered).result(),
+    }
+
+
 def cells(peers: Peers, repeat: int, Row: Any) -> list[Any]:
     """(f), (g): a trivial cell and a real fit, added seconds per system."""
     rows = []
-    for label, (code, name) in CELLS.items():
-        data = _fit_data() if label == "fit" else {}
-        peers.view.push(data)
-        scattered = {k: peers.dask.scatter(v, broadcast=True) for k, v in data.items()}
-
-        def dask_cell(code: str = code, name: str = name, **values: Any) -> Any:
-            ns = dict(values)
-            exec(code, ns)
-            return ns[name]
-
-        times: dict[str, list[float]] = {k: [] for k in ("plain", SESSION, IPP, DASK)}
-        for _ in range(repeat + 1):  # the first round warms every system up (imports) and is left out
-            round_ = {
-                "plain": lambda: _run(code, dict(data)),
-                SESSION: lambda: peers.session(code, dict(data)),
-                IPP: lambda: peers.ipp(code),
-                DASK: lambda: peers.dask.submit(dask_cell, pure=False, **scattered).result(),
-            }
-            for system, fn in round_.items():
-                t = time.perf_counter()
-                fn()
-                times[system].append(time.perf_counter() - t)
-        times = {k: v[1:] for k, v in times.items()}
-        rows.append(_row(Row, f"({'f' if label == 'x = 1' else 'g'}) {label}: added s", times))
+    for letter, (label, (code, name)) in zip("fg", CELLS.items(), strict=True):
+        times = rounds(_cell_systems(peers, code, name, _fit_data() if label == "fit" else {}), repeat)
+        rows.append(_row(Row, f"({letter}) {label}: added s", times))
         _print_samples(label, times)
     return rows
 
@@ -147,33 +157,29 @@ def big_input(peers: Peers, repeat: int, mib: int, Row: Any) -> list[Any]:
     peers.view.push({"big": big})
     future = peers.dask.scatter(big)
     read = "s = float(big.sum())"
-    times: dict[str, list[float]] = {k: [] for k in ("plain", SESSION, IPP, DASK)}
-    for _ in range(repeat + 1):
-        for system, fn in {
+    times = rounds(
+        {
             "plain": lambda: _run(read, {"big": big}),
             SESSION: lambda: peers.session(read, {"big": big}),
             IPP: lambda: peers.ipp(read),
             DASK: lambda: peers.dask.submit(np.sum, future, pure=False).result(),
-        }.items():
-            t = time.perf_counter()
-            fn()
-            times[system].append(time.perf_counter() - t)
-    rows = [_row(Row, f"(h) read an unchanged {mib} MiB input: added s", {k: v[1:] for k, v in times.items()})]
+        },
+        repeat,
+    )
+    rows = [_row(Row, f"(h) read an unchanged {mib} MiB input: added s", times)]
     _print_samples("read", times)
-
-    make = f"out = np.ones({mib * 2**20 // 8})"
-    times = {k: [] for k in ("plain", SESSION, IPP, DASK)}
-    for _ in range(repeat + 1):
-        for system, fn in {
+    n = mib * 2**20 // 8
+    make = f"out = np.ones({n})"
+    times = rounds(
+        {
             "plain": lambda: _run(make, {"np": np}),
             SESSION: lambda: peers.session(make, {"np": np}),
             IPP: lambda: (peers.ipp("import numpy as np\n" + make), peers.view.pull("out")),
-            DASK: lambda: peers.dask.submit(np.ones, mib * 2**20 // 8, pure=False).result(),
-        }.items():
-            t = time.perf_counter()
-            fn()
-            times[system].append(time.perf_counter() - t)
-    rows.append(_row(Row, f"(i) bring {mib} MiB back: added s", {k: v[1:] for k, v in times.items()}, target=1.2))
+            DASK: lambda: peers.dask.submit(np.ones, n, pure=False).result(),
+        },
+        repeat,
+    )
+    rows.append(_row(Row, f"(i) bring {mib} MiB back: added s", times, target=1.2))
     _print_samples("pull", times)
     return rows
 

@@ -49,6 +49,7 @@ HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "thirdparty"
 MARKER = "@@FIDELITY-NAMESPACE@@"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+JOB_VIEW_HTML = "data-nbburst-job="  # the job view's static HTML form (nbburst/ui/view.py)
 PLAIN_TIMEOUT = 120  # seconds for a whole plain run (the corpus is chosen to run in ~20 s)
 BURST_TIMEOUT = 900  # seconds for a whole burst run (every cell pays an agent start)
 MAX_DIFFS = 6  # differences listed per notebook in a report
@@ -419,7 +420,7 @@ def observe(cell: dict) -> dict:
             out = normalise(o.get("data", {}).get("text/plain", ""))
         elif kind == "display_data":
             data = o.get("data", {})
-            if WIDGET_MIME in data:
+            if WIDGET_MIME in data or JOB_VIEW_HTML in data.get("text/html", ""):
                 continue  # the job view
             mimes.append("+".join(sorted(data)))
         elif kind == "error":

@@ -90,6 +90,9 @@ class LabServer:
                 "JUPYTER_DATA_DIR": str(self.data_dir),
                 "JUPYTER_RUNTIME_DIR": str(self.runtime_dir),
                 "JUPYTER_PLATFORM_DIRS": "1",
+                # In a virtualenv Jupyter looks in the environment's folders first, where `pip install` put a copy of
+                # the extension as it was then; the test's folders (the repository's build) must win.
+                "JUPYTER_PREFER_ENV_PATH": "0",
                 "PYTHONUNBUFFERED": "1",
             }
         )

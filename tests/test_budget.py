@@ -13,8 +13,8 @@ from nbburst.errors import UsageError
 from nbburst.machines.base import machine_name
 from nbburst.machines.gce.machines import GCEMachines
 from nbburst.options import Options
-from nbburst.protocol import budget
-from nbburst.protocol.job import State
+from nbburst.protocol import budget, pricing
+from nbburst.protocol.job import JobSpec, Resources, State, Status
 from nbburst.ui.tables import cost_text
 
 #: e2 spot at $3.60 per vCPU-hour, memory and disk free: an e2 machine with 2 vCPUs costs $0.002 a second.
@@ -45,6 +45,26 @@ def test_budget_parsing_and_arithmetic():
     assert budget.seconds_for(0.02, 7.2) == pytest.approx(10.0)
     assert budget.view(2.0, 0.5) == {"usd": 2.0, "spent": 0.5, "left": 1.5, "share": 0.25}
     assert budget.stop_after(100.0) == 90.0 and budget.stop_after(1000.0) == 985.0
+
+
+def test_relaunches_get_what_is_left_and_none_once_it_is_spent():
+    """Spend over attempts: a relaunch's machine may run for what is left; a supervisor gives up below a boot."""
+    plan = {"machine_type": "e2-standard-2", "cores": 2, "memory_gb": 8, "spot": True, "zone": "us-central1-a"}
+    plan["extra"] = {"pricing": pricing.for_plan(plan, "gce", prices=pricing.table(PRICES)).to_dict()}
+    spec = JobSpec("b20261124-000000-abcdef", "x", "gce", "cell", Resources(), 3600, 5, None, plan=plan)
+    spec.created, spec.budget_usd = 1000.0, 0.2  # $7.20 an hour: 100 s of the machine
+    assert budget.per_hour(spec) == pytest.approx(7.2)
+    assert budget.run_seconds(budget.for_launch(spec, [])) == 100
+    first = Status(1, State.PREEMPTED, heartbeat=1060.0, started=1010.0, launched=1000.0)  # 60 s used
+    relaunch = budget.for_launch(spec, [first])
+    assert relaunch.budget_usd == pytest.approx(0.08) and budget.run_seconds(relaunch) == 40
+    assert budget.stop_time(spec, [first], launched=2000.0) == pytest.approx(2000.0 + 36.0)
+    assert budget.exhausted(spec, [first]) == ""  # 40 s left: enough to boot
+    second = Status(2, State.PREEMPTED, heartbeat=2015.0, started=2005.0, launched=2000.0)  # 15 s more
+    reason = budget.exhausted(spec, [first, second])  # 25 s left: not enough to boot again
+    assert reason.startswith("reached its budget: $0.1500 spent of $0.2000")
+    local = JobSpec("b20261124-000000-abcdef", "x", "local", "cell", Resources(), 3600, 5, None, budget_usd=0.01)
+    assert budget.run_seconds(local) is None and budget.stop_time(local, [], 0.0) is None  # free: nothing to cap
 
 
 @pytest.mark.compute_emulator(operation_delay=0.02, preemption_grace=1.0)

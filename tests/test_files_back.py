@@ -125,3 +125,29 @@ def test_a_partial_download_leaves_no_half_file_and_a_forged_file_is_refused(bur
     assert (tmp_path / "dest" / "out.txt").read_text() == "genuine"
     with pytest.raises(ValueError):
         workfiles.check_rel("../outside.txt")
+
+
+def test_the_magic_brings_files_back_and_downloads_them(burst_env, tmp_path):
+    from nbrun import error, run_cells, stream
+
+    outputs = run_cells(
+        [
+            "%load_ext nbburst",
+            "open('notes.txt', 'w').write('mine, before')",
+            "%%burst --detach --name writer\nimport os, time\ntime.sleep(1)\nos.makedirs('out')\n"
+            "open('out/a.txt', 'w').write('a')\nopen('notes.txt', 'w').write('machine')",
+            "open('notes.txt', 'w').write('mine, changed while it ran')",
+            "%burst attach writer",
+            "%burst download writer elsewhere",
+        ],
+        cwd=tmp_path,
+    )
+    for out in outputs:
+        assert error(out) is None, error(out)
+    assert "notes.txt changed here since the cell started" in stream(outputs[4], "stderr")
+    assert (tmp_path / "out/a.txt").read_text() == "a"
+    assert (tmp_path / "notes.txt").read_text() == "mine, changed while it ran"
+    (kept,) = tmp_path.glob("notes.*.txt")
+    assert kept.read_text() == "machine"
+    assert "files the cell wrote, now in" in stream(outputs[5])
+    assert (tmp_path / "elsewhere/notes.txt").read_text() == "machine"

@@ -201,6 +201,7 @@ WAITING_CELLS = [
     "print('a warning on stderr', file=sys.stderr, flush=True)\n"
     "nbburst.progress(3, 10, 'steps')\n"
     "time.sleep(120)",
+    "%%burst --detach --name view-detached\nimport time\nprint('detached and running', flush=True)\ntime.sleep(120)",
 ]
 
 
@@ -215,8 +216,8 @@ def lab_env(tmp_path: Path, monkeypatch) -> dict[str, str]:
 def set_theme(page, theme: str) -> None:
     """Pick a theme from the Settings menu, as a user does."""
     page.locator(".lm-MenuBar-itemLabel", has_text="Settings").click()
-    page.locator(".lm-Menu-itemLabel", has_text="Theme").hover()
-    page.locator(".lm-Menu-itemLabel", has_text=theme).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Theme$")).hover()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{re.escape(theme)}$")).click()
     playwright_sync.expect(page.locator("body")).to_have_attribute(
         "data-jp-theme-light", "false" if "Dark" in theme else "true", timeout=15_000
     )
@@ -251,9 +252,6 @@ def test_job_view_cancels_while_the_cell_waits_and_survives_a_restart(tmp_path, 
                 expect(view.locator(".nbburst-view-progress-label")).to_contain_text("steps 3/10", timeout=20_000)
                 expect(cell.locator(".jp-InputPrompt")).to_have_text("[*]:")  # still executing
                 outputs = cell.locator(".jp-OutputArea")
-                print("DEBUG", outputs.get_by_text("waiting in the cell").filter(visible=True).evaluate_all("els => els.map(e => e.outerHTML.slice(0, 300) + ' || ' + e.parentElement.className)"))
-                output_shot = cell.locator(".jp-Cell-outputWrapper")
-                output_shot.screenshot(path="/tmp/debug-view.png")
                 expect(outputs.get_by_text("waiting in the cell").filter(visible=True)).to_have_count(1)
                 expect(view.locator(".nbburst-view-tail")).to_be_hidden()  # the cell's own output shows it
                 expect(cell.locator(".nbburst-view-static")).to_be_hidden()  # the widget lives: no fallback
@@ -276,6 +274,11 @@ def test_job_view_cancels_while_the_cell_waits_and_survives_a_restart(tmp_path, 
                 expect(idle).to_be_visible(timeout=15_000)
                 expect(cell.locator(".nbburst-view-static")).to_contain_text("CANCELLED", timeout=15_000)
 
+                # A detached job, still running when the kernel goes.
+                run_cell(page, 2, "submitted")
+                detached = page.locator(".jp-Notebook .jp-Cell").nth(2).locator(".nbburst-view-static")
+                expect(detached).to_contain_text("RUNNING", timeout=20_000)
+
                 # Saved, kernel restarted, page reloaded: the widget's model is gone, the static summary shows.
                 page.keyboard.press("Control+s")
                 wait_until(lambda: "CANCELLED" in notebook.read_text(), 15, what="the notebook to be saved")
@@ -288,6 +291,12 @@ def test_job_view_cancels_while_the_cell_waits_and_survives_a_restart(tmp_path, 
                 expect(static).to_contain_text("view-wait")
                 expect(static).to_contain_text("waiting in the cell")  # the log tail
                 expect(page.get_by_text("Error displaying widget")).to_be_hidden()
+                # The unfinished job's summary is kept current from the server, with no kernel.
+                live = detached.locator("[data-nbburst-live]")
+                expect(live).to_contain_text("as the Jupyter server sees it", timeout=30_000)
+                expect(live).to_contain_text("RUNNING")
+                server.api("nbburst/api/jobs/view-detached", method="DELETE")
+                expect(live).to_contain_text("CANCELLED", timeout=30_000)
                 page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-Cell-outputWrapper").screenshot(
                     path=str(shots["view-after-restart"])
                 )
@@ -297,7 +306,8 @@ def test_job_view_cancels_while_the_cell_waits_and_survives_a_restart(tmp_path, 
 
         from nbburst.client.burst import Burst
 
-        assert {job.name: job.state.value for job in Burst().jobs()} == {"view-wait": "CANCELLED"}
+        states = {job.name: job.state.value for job in Burst().jobs()}
+        assert states == {"view-wait": "CANCELLED", "view-detached": "CANCELLED"}
         wait_until(lambda: not agents_under(env["NBBURST_ROOT"]), 10, what="the cancelled job's machine to go away")
     finally:
         server.stop()

@@ -62,10 +62,10 @@ def test_a_cancelled_loop_resumed_by_another_job_ends_as_an_uninterrupted_run(bu
     second = submit(burst, loop(12), resume="train")  # by name; the same cell
     values = finished(second)
     assert values["result"] == expected(12)  # as if it had never stopped
-    assert second.spec.resumed_from == "train"
+    assert second.spec.resumed_from == first.id
     ran = steps(second)
     assert ran[0] >= 1 and ran[0] <= done + 1 and ran[-1] == 11  # it went on where the first one stopped
-    assert "nbburst: resuming job train:" in second.logs() and "1 loop(s)" in second.logs()
+    assert f"nbburst: resuming job {first.id}:" in second.logs() and "1 loop(s)" in second.logs()
     assert len(values["versions"]) == nbburst.checkpoint.KEEP  # the versions came along
 
     # a chain, with a changed cell (more epochs): resumed from the resumed job

@@ -42,7 +42,7 @@ def run(b: Burst, code: str, ns: dict[str, Any], **options: Any) -> Any:
 
 
 def test_cells_run_on_the_one_warm_machine_and_unchanged_inputs_stay_put(burst):
-    session = burst.sessions.start(cores=1, idle="5m", timeout="10m")
+    session = burst.sessions.start(cores=1, idle="5m", timeout="10m", preload=["numpy"])
     ns: dict[str, Any] = {"big": np.arange(1 << 20, dtype=np.float64)}
     first = run(burst, PARENT + "total = float(big.sum())", ns)
     assert first.state == State.SUCCEEDED, first.logs()
@@ -70,7 +70,7 @@ def test_cells_run_on_the_one_warm_machine_and_unchanged_inputs_stay_put(burst):
 
 
 def test_a_crash_or_a_timeout_does_not_poison_the_next_cell(burst):
-    session = burst.sessions.start(cores=1, idle="5m", timeout="10m")
+    session = burst.sessions.start(cores=1, idle="5m", timeout="10m", preload=[])
     ns: dict[str, Any] = {}
     crashed = run(burst, "import os\nos._exit(3)", ns)
     assert crashed.state == State.FAILED
@@ -86,7 +86,7 @@ def test_a_crash_or_a_timeout_does_not_poison_the_next_cell(burst):
 
 
 def test_idle_ends_the_machine_and_the_next_cell_brings_it_back(burst):
-    session = burst.sessions.start(cores=1, idle="1s", timeout="10m")
+    session = burst.sessions.start(cores=1, idle="1s", timeout="10m", preload=[])
     machines = burst.machines("local")
     wait_until(lambda: machines.describe(session.machine).state == GONE, timeout=30, what="idle session ends")
     ns: dict[str, Any] = {}
@@ -97,7 +97,7 @@ def test_idle_ends_the_machine_and_the_next_cell_brings_it_back(burst):
 
 
 def test_the_hard_limit_ends_the_machine_and_later_cells_are_refused(burst):
-    session = burst.sessions.start(cores=1, idle="10m", timeout="2s")
+    session = burst.sessions.start(cores=1, idle="10m", timeout="2s", preload=[])
     machines = burst.machines("local")
     wait_until(lambda: machines.describe(session.machine).state == GONE, timeout=30, what="session at its limit")
     with pytest.raises(SessionGone, match="time limit"):
@@ -106,7 +106,7 @@ def test_the_hard_limit_ends_the_machine_and_later_cells_are_refused(burst):
 
 
 def test_sessions_command_shows_and_stops_sessions(burst, capsys):
-    session = burst.sessions.start(name="cli-one", cores=1, idle="5m", timeout="10m")
+    session = burst.sessions.start(name="cli-one", cores=1, idle="5m", timeout="10m", preload=[])
     pid = session.ask({})["pid"]
     assert cli.main(["sessions"]) == 0
     out = capsys.readouterr().out
@@ -115,3 +115,38 @@ def test_sessions_command_shows_and_stops_sessions(burst, capsys):
     assert "stopped session cli-one" in capsys.readouterr().out
     wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
     assert burst.sessions.all() == []
+
+
+def test_a_preempted_cell_recovers_and_the_session_comes_back(burst):
+    burst.sessions.start(cores=1, idle="5m", timeout="10m", preload=[])
+    ns: dict[str, Any] = {}
+    code = "import time\ntime.sleep(3)\nv = 5"
+    job = burst.submit_cell(code, capture(code, ns, None), burst.options(max_restarts=2))
+    wait_until(lambda: job.state == State.RUNNING, timeout=60, what="the cell runs")
+    job.preempt(grace_s=1.0)
+    assert job.wait(timeout=120) == State.SUCCEEDED, job.logs()
+    job.outcome(ns).merge_into(ns)
+    assert ns["v"] == 5 and job.attempt == 2
+    after = run(burst, PARENT + "w = 1", ns)
+    assert after.state == State.SUCCEEDED and after.session.revived
+    assert ns["parent"] == burst.sessions.get().ask({})["pid"]
+
+
+def test_the_magics_start_use_list_and_stop_a_session(burst):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    try:
+        ip.run_line_magic("load_ext", "nbburst")
+        ip.run_line_magic("burst", "session start --cores 1 --idle 5m --name magic --preload numpy")
+        ip.user_ns["a"] = 20
+        ip.run_cell_magic("burst", "", "import os, psutil\nb = a + 1\nparent = psutil.Process(os.getppid()).ppid()")
+        assert ip.user_ns["b"] == 21
+        session = burst.sessions.get("magic")
+        assert ip.user_ns["parent"] == session.ask({})["pid"]
+        assert "magic" in repr(ip.run_line_magic("burst", "session list"))
+        ip.run_line_magic("burst", "session stop")
+        assert burst.sessions.all() == []
+        wait_until(lambda: burst.machines("local").describe(session.machine).state == GONE)
+    finally:
+        InteractiveShell.clear_instance()

@@ -82,6 +82,13 @@ def test_view_follows_a_blocking_cell_and_ends_in_a_summary(burst_env):
     widget_outputs = [o for o in cell.outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     assert len(widget_outputs) == 1
     assert "SUCCEEDED" in widget_outputs[0]["data"]["text/plain"]  # text for frontends without widgets
+    # right after the widget, its static summary: what the notebook shows once the widget's model is gone
+    at = cell.outputs.index(widget_outputs[0])
+    static = cell.outputs[at + 1]
+    assert "nbburst-view-static" in static["data"]["text/html"]
+    assert "SUCCEEDED" in static["data"]["text/html"] and "remote hello" in static["data"]["text/html"]
+    job_id = static["metadata"]["nbburst"]["job"]  # how the sidebar finds the cell of a job
+    assert widget_outputs[0]["metadata"]["nbburst"]["job"] == job_id and job_id in static["data"]["text/html"]
 
     (view,) = views(nb)
     assert "<b>viewed</b>" in view["header"]["value"] and "local" in view["header"]["value"]
@@ -272,3 +279,155 @@ def test_view_shows_the_machine_console_while_it_boots(burst_env, monkeypatch):
     job.cancel(wait_s=0)
     view._tick(force_info=True)
     assert view.console_html.layout.display == "none"  # once the job has a verdict, the boot log goes
+
+
+def test_tail_keeps_each_stream_on_its_own_lines_and_marks_stderr():
+    from nbburst.ui.view import TailLines
+
+    tail = TailLines()
+    tail.add("stdout", "[worker 1] fitting fold ")
+    tail.add("stderr", "UserWarning: slow\n")
+    tail.add("stdout", "3 of 5\n")
+    tail.add("stderr", "\r 10%|#\r 90%|#########")
+    assert tail.last() == [
+        ("stderr", "UserWarning: slow"),
+        ("stdout", "[worker 1] fitting fold 3 of 5"),  # not spliced by the stderr line in between
+        ("stderr", " 90%|#########"),  # a bar still drawing: its last state
+    ]
+    rendered = tail.html(lambda stream: f"class='nbburst-view-{stream}'")
+    assert "<span class='nbburst-view-stderr'>UserWarning: slow</span>" in rendered
+    assert "\n[worker 1] fitting fold 3 of 5\n" in rendered  # stdout as it is
+
+
+def test_a_backlog_is_replayed_in_few_blocks():
+    from nbburst.ui.records import MAX_RUNS, compact
+
+    chatty = [{"s": "stdout" if n % 2 else "stderr", "x": f"line {n}\n"} for n in range(800)]
+    display = {"s": "display", "data": {"text/plain": "a figure"}}
+    replay = compact([*chatty, display, {"s": "stderr", "x": "\r 10%\r 50%\r100%\n"}, {"s": "stdout", "x": "end\n"}])
+    assert [r["s"] for r in replay] == ["stdout", "stderr", "display", "stderr", "stdout"]
+    assert replay[0]["x"] == "".join(f"line {n}\n" for n in range(1, 800, 2))  # each stream in its order
+    assert replay[1]["x"] == "".join(f"line {n}\n" for n in range(0, 800, 2))
+    assert replay[2] is display and replay[3]["x"] == "100%\n"  # a progress bar's rewrites: its last one
+    few = [
+        {"s": "stdout", "x": "a\n"},
+        {"s": "stdout", "x": "b\n"},
+        {"s": "stderr", "x": "c\n"},
+        {"s": "stdout", "x": "d\n"},
+    ]
+    assert len(few) < MAX_RUNS and [(r["s"], r["x"]) for r in compact(few)] == [
+        ("stdout", "a\nb\n"),
+        ("stderr", "c\n"),
+        ("stdout", "d\n"),
+    ]  # a few runs keep their order
+
+
+class RecordingChannel:
+    """The runner's channel as the progress hooks use it: progress reports and the "loop ended" event."""
+
+    def __init__(self):
+        self.seen: list = []
+
+    def progress(self, done, total, desc):
+        self.seen.append((done, total, desc))
+
+    def send(self, event):
+        self.seen.append("ended" if event == {"s": "progress", "done": None, "total": None, "desc": ""} else event)
+
+
+def test_scikit_learn_searches_report_fits_without_user_code(monkeypatch):
+    import joblib
+    from sklearn.datasets import make_classification
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GridSearchCV, cross_val_score
+
+    from nbburst import reporting
+    from nbburst.agent import joblib_hook
+
+    channel = RecordingChannel()
+    monkeypatch.setattr(reporting, "_channel", channel)
+    joblib_hook.install()
+    X, y = make_classification(120, random_state=0)
+    with joblib.parallel_backend("threading", n_jobs=2):  # the callback path of a parallel backend, without processes
+        GridSearchCV(LogisticRegression(), {"C": [0.1, 1.0, 10.0]}, cv=3).fit(X, y)
+    *reports, end = channel.seen
+    assert end == "ended"  # then the bar goes, not frozen at 9/9 while the search refits
+    assert reports[-1] == (9, 9, "fits") and all(total == 9 and desc == "fits" for _, total, desc in reports)
+    assert [done for done, _, _ in reports] == sorted(done for done, _, _ in reports)
+
+    channel.seen.clear()
+    cross_val_score(LogisticRegression(), X, y, cv=4)
+    assert channel.seen[-2:] == [(4, 4, "fits"), "ended"]
+    channel.seen.clear()
+    joblib.Parallel(n_jobs=2, backend="threading")(joblib.delayed(abs)(-i) for i in range(20))
+    assert channel.seen[-2:] == [(20, 20, "tasks"), "ended"]
+
+
+def test_a_closed_tqdm_bar_clears_the_progress(monkeypatch):
+    import io
+
+    from nbburst import reporting
+    from nbburst.agent import tqdm_hook
+
+    channel = RecordingChannel()
+    monkeypatch.setattr(reporting, "_channel", channel)
+    tqdm_hook.install()
+    from tqdm import tqdm
+
+    for _ in tqdm(range(5), desc="epoch 1", file=io.StringIO()):
+        pass
+    assert channel.seen[-2:] == [(5, 5, "epoch 1"), "ended"]
+
+
+class DisplayRecorder:
+    """A display handle: what the view sends to its static summary."""
+
+    def __init__(self):
+        self.bundles: list[dict] = []
+        self.metadata: list[dict] = []
+
+    def update(self, bundle, raw=False, metadata=None):
+        self.bundles.append(bundle)
+        self.metadata.append(metadata)
+
+
+def test_view_phase_eta_one_copy_and_static_summary():
+    from nbburst.ui.view import JobView
+
+    job = FakeJob(state="SUBMITTED", progress=None, attempt=1)
+    view = JobView(job)
+    assert "waiting for a machine" in view.phase.value and view.phase.layout.display is None
+    job.data.update(state="RUNNING", message="loading inputs and importing their modules")
+    view._tick(force_info=True)
+    assert "loading inputs" in view.phase.value and "loading inputs" not in view.status.value
+
+    # While a cell waits, its own output area shows the log: the view's tail and full log stay hidden.
+    view._set_mode("blocking")
+    assert view.tail_html.layout.display == "none" and view.log_box.layout.display == "none"
+    view._set_mode("background")
+    assert view.tail_html.layout.display is None and view.log_box.layout.display is None
+
+    job.data.update(message="", progress={"done": 10, "total": 100, "desc": "fits"})
+    view._tick(force_info=True)
+    assert view.bar_label.value == "fits 10/100 (10%)"  # no pace yet
+    view._rate = (("fits", 100), view._rate[1] - 20.0, 10.0)  # as if the first report came 20 s ago
+    job.data.update(progress={"done": 55, "total": 100, "desc": "fits"})
+    view._tick(force_info=True)
+    assert view.bar_label.value.startswith("fits 55/100 (55%) · ETA ")
+    job.data.update(progress={"done": None, "total": None, "desc": ""})  # the loop ended
+    view._tick(force_info=True)
+    assert view.progress_box.layout.display == "none"
+
+    view._static_handle = DisplayRecorder()
+    view.feed({"s": "stdout", "x": "fold 1 done\n"})
+    view.feed({"s": "stderr", "x": "ConvergenceWarning\n"})
+    view._tick(force_info=True)
+    static = view._static_handle.bundles[-1]["text/html"]
+    assert "RUNNING" in static and "n2-standard-64" in static and job.id in static
+    assert "fold 1 done" in static and "ConvergenceWarning</span>" in static and "class=" not in static.split(">", 1)[1]
+    job.data.update(state="SUCCEEDED", ended=job.data["created"] + 125)
+    view.finish()
+    final = view._static_handle.bundles[-1]
+    assert "SUCCEEDED" in final["text/html"] and "in 2m 05s" in final["text/html"]
+    assert final["text/plain"] == f"nbburst job search ({job.id}): SUCCEEDED"
+    assert view._static_handle.metadata[-1] == {"nbburst": {"job": job.id}}  # an update replaces the metadata

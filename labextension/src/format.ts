@@ -22,9 +22,9 @@ export interface IMachineInfo {
   zone: string | null;
 }
 
-/** Progress reported by the job with `nbburst.progress`. */
+/** Progress reported by the job with `nbburst.progress` (`done` is null once a loop ended). */
 export interface IProgressInfo {
-  done: number;
+  done: number | null;
   total: number | null;
   desc: string;
 }
@@ -44,7 +44,17 @@ export interface IJobInfo {
   cost_usd: number;
   cost_per_hour_usd: number;
   progress: IProgressInfo | null;
+  /** Spend against `--budget`, when the job has one. */
+  budget?: IBudgetInfo | null;
   message: string;
+}
+
+/** A job's dollar cap and what its machines have cost so far (`Job.info()["budget"]`). */
+export interface IBudgetInfo {
+  usd: number;
+  spent: number;
+  left: number;
+  share: number;
 }
 
 /** One attempt of a job (a job is relaunched after a preemption). */
@@ -136,6 +146,12 @@ export function formatCost(usd: number | null | undefined): string {
   return '$' + usd.toFixed(2);
 }
 
+/** A job's cost, with its budget when it has one: `$0.42 of $2.50`. */
+export function formatSpend(job: IJobInfo): string {
+  const cost = formatCost(job.cost_usd);
+  return job.budget ? `${cost} of ${formatCost(job.budget.usd)}` : cost;
+}
+
 /** An hourly rate: `$1.23/h`. */
 export function formatRate(usdPerHour: number | null | undefined): string {
   const cost = formatCost(usdPerHour);
@@ -188,7 +204,7 @@ export function machineDetail(job: Pick<IJobInfo, 'machine' | 'backend'>): strin
 
 /** A progress summary: `12/500 fits`, `37%`, `1,204 rows`. */
 export function progressSummary(p: IProgressInfo | null | undefined): string {
-  if (!p) {
+  if (!p || p.done === null || p.done === undefined) {
     return '';
   }
   const desc = p.desc ? ` ${p.desc}` : '';
@@ -200,7 +216,7 @@ export function progressSummary(p: IProgressInfo | null | undefined): string {
 
 /** Progress as a fraction in [0, 1], or null when the total is unknown. */
 export function progressFraction(p: IProgressInfo | null | undefined): number | null {
-  if (!p || !p.total || p.total <= 0) {
+  if (!p || p.done === null || !p.total || p.total <= 0) {
     return null;
   }
   return Math.min(1, Math.max(0, p.done / p.total));

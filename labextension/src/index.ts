@@ -6,7 +6,7 @@ import { BurstApi } from './api';
 import { burstIcon } from './icons';
 import { JobsModel } from './model';
 import { BurstSidebar, SIDEBAR_ID, SIDEBAR_TITLE } from './sidebar';
-import { bridgeJobViews, showJobCell } from './notebook';
+import { bridgeJobViews, refreshStaticSummaries, showJobCell } from './notebook';
 import { BurstStatus } from './statusbar';
 
 /** The command that opens the sidebar. */
@@ -67,6 +67,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
     sidebar.showCell = id => showJobCell(app, id);
     bridgeJobViews(app, api, id => void app.commands.execute(CMD_SHOW_JOB, { id }));
+    refreshStaticSummaries(api);
 
     if (statusBar) {
       const item = new BurstStatus(model, () => {

@@ -8,7 +8,7 @@ import { BurstApi, errorMessage } from './api';
 import { h, setAttr, setHidden, setText } from './dom';
 import {
   cleanLog,
-  formatCost,
+  formatSpend,
   formatElapsed,
   formatRate,
   formatFullTime,
@@ -433,8 +433,8 @@ export class JobDetailView extends Widget {
       [
         'Cost',
         terminal || !job.cost_per_hour_usd
-          ? formatCost(job.cost_usd)
-          : `${formatCost(job.cost_usd)} (${formatRate(job.cost_per_hour_usd)})`
+          ? formatSpend(job)
+          : `${formatSpend(job)} (${formatRate(job.cost_per_hour_usd)})`
       ],
       ['Attempts', attempt > 1 ? `${attempt} (relaunched ${attempt - 1}×)` : String(attempt)],
       [

@@ -4,7 +4,7 @@ import { Widget } from '@lumino/widgets';
 
 import { h, setAttr, setHidden, setText } from './dom';
 import {
-  formatCost,
+  formatSpend,
   formatElapsed,
   IJobInfo,
   isTerminal,
@@ -281,7 +281,7 @@ function updateRow(row: IRow, job: IJobInfo): void {
   const machine = machineSummary(job);
   setText(row.machine, machine);
   setAttr(row.machine, 'title', machine);
-  setText(row.cost, formatCost(job.cost_usd));
+  setText(row.cost, formatSpend(job));
   const attempt = job.attempt || 1;
   setHidden(row.attempts, attempt <= 1);
   setText(row.attempts, attempt > 1 ? `×${attempt}` : '');
@@ -293,7 +293,7 @@ function updateRow(row: IRow, job: IJobInfo): void {
   setAttr(
     row.node,
     'aria-label',
-    `${name}, ${state}, ${machine}, ${formatElapsed(job.elapsed_s)}, ${formatCost(job.cost_usd)}`
+    `${name}, ${state}, ${machine}, ${formatElapsed(job.elapsed_s)}, ${formatSpend(job)}`
   );
   row.node.classList.toggle('nbburst-mod-terminal', isTerminal(job.state));
 

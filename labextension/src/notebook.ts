@@ -1,7 +1,9 @@
 import { JupyterFrontEnd } from '@jupyterlab/application';
 import { showErrorMessage } from '@jupyterlab/apputils';
+import { Poll } from '@lumino/polling';
 
 import { BurstApi, errorMessage } from './api';
+import { formatCost, formatElapsed, formatTime, isTerminal } from './format';
 
 /**
  * The bridge between the job views in notebooks and the rest of JupyterLab.
@@ -12,12 +14,16 @@ import { BurstApi, errorMessage } from './api';
  *
  * - Cancel goes through the server extension (which cancels the job in the
  *   Store; the waiting cell sees the job end), busy kernel or not.
- * - Detach, while the kernel is busy, interrupts it: an interrupted `%%burst`
- *   cell detaches from its job. An idle kernel runs the widget's own callback.
+ * - Detach, while the view's cell waits, interrupts the kernel: an interrupted
+ *   `%%burst` cell detaches from its job. Otherwise the widget's own callback runs.
  * - "in the sidebar" opens the job in the Burst jobs sidebar.
  *
- * And the other way, `findJobCell` finds the cell whose output follows a job
+ * And the other way, `showJobCell` finds the cell whose output follows a job
  * (display metadata `{"nbburst": {"job": id}}`), for the sidebar's "Show cell".
+ *
+ * Once a widget's model is gone (a restarted kernel), the notebook shows the
+ * view's static summary instead (style/notebook.css); `refreshStaticSummaries`
+ * keeps the state line of those of unfinished jobs current from the server.
  *
  * This module knows notebooks only through the public shape of their widgets
  * (`content.widgets`, `model.outputs`, `sessionContext`), so the extension does
@@ -33,6 +39,11 @@ const OPEN = 'data-nbburst-open';
 const JOB = 'data-nbburst-job';
 /** The key of the display metadata that names a job. */
 const METADATA_KEY = 'nbburst';
+/** The static summary of a view, and its line the server's answer refreshes. */
+const STATIC = '.nbburst-view-static';
+const LIVE = '[data-nbburst-live]';
+/** How often the static summaries on screen of unfinished jobs are refreshed (ms). */
+const STATIC_INTERVAL = 10_000;
 
 /** What the bridge needs of a notebook panel. */
 interface INotebookLike {
@@ -44,7 +55,7 @@ interface INotebookLike {
     scrollToCell?: (cell: ICellLike, align?: string) => Promise<void>;
   };
   sessionContext?: {
-    session?: { kernel?: { status: string; interrupt(): Promise<void> } | null } | null;
+    session?: { kernel?: { interrupt(): Promise<void> } | null } | null;
   };
 }
 
@@ -52,6 +63,7 @@ interface ICellLike {
   node: HTMLElement;
   model: {
     outputs?: { length: number; get(index: number): { metadata?: { [key: string]: any } } };
+    executionState?: string;
   };
 }
 
@@ -149,9 +161,12 @@ export function bridgeJobViews(
       }
       const detach = target.closest(DETACH);
       if (detach) {
+        // Only the cell that shows the view waits for its job (the kernel's status says little: requests on
+        // other channels report "idle" while a cell runs).
         const panel = notebooks(app).find(p => p.node.contains(detach));
+        const cell = panel?.content.widgets.find(c => c.node.contains(detach));
         const kernel = panel?.sessionContext?.session?.kernel;
-        if (kernel && kernel.status === 'busy') {
+        if (kernel && cell?.model.executionState === 'running') {
           event.preventDefault();
           event.stopPropagation();
           void kernel.interrupt();
@@ -160,4 +175,41 @@ export function bridgeJobViews(
     },
     true
   );
+}
+
+/** Refresh the static summaries on screen whose job had not ended when their kernel last wrote them. */
+async function refreshShownSummaries(api: BurstApi): Promise<void> {
+  const shown = Array.from(document.querySelectorAll<HTMLElement>(`.jp-Notebook ${STATIC}`)).filter(
+    node =>
+      node.offsetParent !== null &&
+      node.dataset.nbburstJob &&
+      node.dataset.nbburstRefresh !== 'off' &&
+      !isTerminal(node.dataset.nbburstState)
+  );
+  for (const node of shown) {
+    const line = node.querySelector<HTMLElement>(LIVE);
+    try {
+      const job = await api.getJob(node.dataset.nbburstJob ?? '');
+      node.dataset.nbburstState = job.state;
+      if (line) {
+        const cost = job.backend === 'local' ? 'local' : formatCost(job.cost_usd);
+        line.textContent =
+          `${job.state} · attempt ${job.attempt} · ${formatElapsed(job.elapsed_s)} · ${cost}` +
+          ` (as the Jupyter server sees it at ${formatTime(Date.now() / 1000)})`;
+      }
+    } catch {
+      // The job is not in the server's Store (or is gone): the summary stays as its kernel wrote it.
+      node.dataset.nbburstRefresh = 'off';
+    }
+  }
+}
+
+/** Keep the static summaries of unfinished jobs current while the page is visible. */
+export function refreshStaticSummaries(api: BurstApi): Poll {
+  return new Poll({
+    name: 'nbburst:static-summaries',
+    factory: () => refreshShownSummaries(api),
+    frequency: { interval: STATIC_INTERVAL, backoff: false },
+    standby: 'when-hidden'
+  });
 }

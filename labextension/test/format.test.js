@@ -93,6 +93,9 @@ test('progress', () => {
   assert.equal(f.progressSummary({ done: 1204, total: null, desc: 'rows' }), '1,204 rows');
   assert.equal(f.progressFraction({ done: 50, total: 200, desc: '' }), 0.25);
   assert.equal(f.progressFraction({ done: 5, total: null, desc: '' }), null);
+  // A loop ended (the job cleared its progress): nothing to show, not "null".
+  assert.equal(f.progressSummary({ done: null, total: null, desc: '' }), '');
+  assert.equal(f.progressFraction({ done: null, total: null, desc: '' }), null);
 });
 
 test('cleanLog strips ANSI colours and applies carriage returns', () => {
@@ -111,4 +114,12 @@ test('formatTime shows the time alone for today', () => {
   assert.match(f.formatTime(today, now), /30/);
   assert.match(f.formatTime(earlier, now), /Jan/);
   assert.equal(f.formatTime(null, now), '–');
+});
+
+test('formatSpend shows the cost against the budget when the job has one', () => {
+  assert.equal(f.formatSpend(job({})), '$0.03');
+  assert.equal(
+    f.formatSpend(job({ budget: { usd: 2.5, spent: 0.034, left: 2.466, share: 0.0136 } })),
+    '$0.03 of $2.50'
+  );
 });

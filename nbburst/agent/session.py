@@ -68,7 +68,10 @@ RUNTIME = (
 _PR_SET_CHILD_SUBREAPER = 36
 #: Packages a warm parent never imports ahead: they look for a kernel (``get_ipython()``) when imported,
 #: so the cell's process imports them after its shell exists (agent/shell.py), as a fresh runner does.
-KERNEL_SIDE = frozenset({"tqdm", "matplotlib_inline", "ipywidgets", "plotly", "bokeh", "IPython", "ipykernel"})
+KERNEL_SIDE = frozenset(
+    {"tqdm", "matplotlib_inline", "ipywidgets", "plotly", "bokeh", "seaborn", "IPython", "ipykernel"}
+)
+TOP_LEVEL_ONLY = frozenset({"matplotlib"})
 
 
 class _WakingShipper(Shipper):
@@ -362,9 +365,15 @@ class WarmParent:
 
 
 def warm_imports(names: list[str]) -> list[str]:
-    """Of the modules a cell imports, those the warm parent imports ahead: whole packages (their top level),
-    none that looks for a kernel when imported (they are imported in the cell's process, after its shell)."""
-    return sorted({n.partition(".")[0] for n in names} - KERNEL_SIDE)
+    """Of the modules a cell imports, those the warm parent imports ahead: none of a package that looks for a
+    kernel when imported (the cell's process imports them after its shell exists, agent/shell.py), and of
+    matplotlib only the top level (pyplot installs its hooks into the shell it finds)."""
+    out = set()
+    for name in filter(None, names):
+        top = name.partition(".")[0]
+        if top not in KERNEL_SIDE:
+            out.add(top if top in TOP_LEVEL_ONLY else name)
+    return sorted(out)
 
 
 def _end_leftovers(keep: set[int]) -> None:
@@ -427,7 +436,11 @@ def main(argv: list[str]) -> int:
     # Cells wait in the backlog while the parent warms up: the session is up as soon as it listens.
     os.environ.update(KERNEL_ENVIRONMENT)  # what the cell's shell sets, before anything imports matplotlib
     os.environ.setdefault("MPLBACKEND", INLINE_BACKEND)
-    imports.import_all([*RUNTIME, *warm_imports(args.preload.split(","))])
+    imports.import_all(RUNTIME)
+    for name in warm_imports(args.preload.split(",")):
+        if time.time() >= args.until:
+            break  # serve() ends the session at once
+        imports.import_all([name])
     _warm_shell()
     if os.environ.get("XTRACE"):
         sys.path.insert(0, "/tmp/sess")

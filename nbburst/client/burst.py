@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -139,6 +139,8 @@ class Burst:
         budget.check_plan(options.budget_usd, plan, options.backend)  # one that cannot boot the machine: refused
         store = self.store_for(options.backend)
         source = self._resume_source(store, options.resume)
+        if source is not None:
+            options = replace(options, resume=source.id)  # the spec names it by id: names repeat
         inner: dict[str, dict[int, Any]] = {}  # the objects inside each input: results may refer to them
         encoded = _encode_all(values, optional, namespace, inner)
         inputs = {"modules": modules, **extra, "state": _encode_state()}
@@ -149,11 +151,11 @@ class Burst:
         layout = JobLayout(job_id)
         key = self.keyring.create(job_id, store.url)
         try:
+            if source is not None:  # its checkpoints, verified and sealed again for this job (before its spec)
+                resume.carry_over(source.folder, JobFolder(store, layout, key))
             spec = self._write_job(
                 store, layout, key, kind, code, encoded, inputs, files, options, outputs, deletes, plan.to_dict()
             )
-            if source is not None:  # its checkpoints, verified and sealed again for this job, before it starts
-                resume.carry_over(source.folder, JobFolder(store, layout, key))
         except BaseException:
             store.delete_prefix(layout.prefix)  # no half-written job
             self.keyring.delete(job_id)

@@ -28,7 +28,7 @@ from ..errors import UsageError
 from ..options import Options, file_destination
 from ..protocol.imports import loaded_submodules
 from ..protocol.transfer import names_in
-from .cellcode import check_syntax, dynamic, embedded
+from .cellcode import check_syntax, dynamic, embedded, written_files
 
 # IPython's input and output history: rebound by IPython at every cell, never sent, never brought back.
 # Other names IPython puts in the namespace (display, exit, open, In...) are left out only while they
@@ -273,10 +273,12 @@ def _strings(tree: ast.AST, values: Any) -> Iterator[str]:
 
 
 def _files_named(tree: ast.AST, values: Any) -> list[str]:
-    """Relative paths, among the strings the cell may use, of files in the kernel's working folder."""
+    """Relative paths, among the strings the cell may use, of files in the kernel's working folder (not the
+    ones its ``%%writefile`` writes)."""
     found: dict[str, None] = {}
+    written = written_files(tree)
     for text in _strings(tree, values):
-        if not text.strip() or len(text) > 1024 or "\n" in text or text.startswith("~"):
+        if text in written or not text.strip() or len(text) > 1024 or "\n" in text or text.startswith("~"):
             continue
         path = Path(text)
         if path.is_absolute() or ".." in path.parts:

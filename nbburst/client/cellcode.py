@@ -71,6 +71,16 @@ def embedded(tree: ast.AST) -> Embedded:
     return found
 
 
+def written_files(tree: ast.AST) -> set[str]:
+    """Files the cell's ``%%writefile`` magics write (what the cell makes, not what it reads)."""
+    found = set()
+    for node in ast.walk(tree):
+        call = _magic_call(node)
+        if call is not None and call[0] == "writefile" and call[1]:
+            found |= {w for w in call[1][0].split() if not w.startswith("-")}
+    return found
+
+
 def dynamic(tree: ast.AST) -> bool:
     """Whether the cell may bind names its syntax does not show (star imports, exec, other magics)."""
     for node in ast.walk(tree):

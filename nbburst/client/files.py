@@ -40,7 +40,7 @@ class Arrival:
     written: list[str] = field(default_factory=list)
     same: list[str] = field(default_factory=list)
     kept_both: dict[str, str] = field(default_factory=dict)  # the local file -> where the machine's copy went
-    held: int = 0  # bytes left in the Store (over the limit): nothing was fetched
+    held: list[str] = field(default_factory=list)  # left in the Store (over the limit): nothing was fetched
     total: int = 0
 
     def lines(self, job_ref: str, asked: bool = False) -> list[str]:
@@ -48,7 +48,7 @@ class Arrival:
         out = []
         if self.held:
             out.append(
-                f"the cell wrote {len(self.written) or 'some'} file(s), {_size(self.held)} in all, more than the "
+                f"the cell wrote {len(self.held)} file(s), {_size(self.total)} in all, more than the "
                 f"files_limit_gb to bring back by itself; they are kept in the Store: "
                 f"`%burst download {job_ref}` or `nbburst download {job_ref} [DEST]` fetches them"
             )
@@ -85,8 +85,7 @@ def download(folder: JobFolder, dest: str | os.PathLike[str], started: float, li
     entries = listing(folder)
     arrival = Arrival(dest, total=sum(e.size for e in entries.values()))
     if limit is not None and arrival.total > limit:
-        arrival.held = arrival.total
-        arrival.written = sorted(entries)
+        arrival.held = sorted(entries)
         return arrival
     for rel, entry in sorted(entries.items()):
         target = dest / rel
@@ -130,4 +129,7 @@ def _sha256(path: Path) -> str:
 
 
 def _size(n: int) -> str:
-    return f"{n / GIB:.1f} GiB" if n >= GIB // 10 else f"{n / (1 << 20):.1f} MiB"
+    for unit, scale in (("GiB", GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale // 10:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"

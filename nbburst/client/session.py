@@ -44,6 +44,8 @@ DEFAULT_IDLE = "10m"
 DEFAULT_TIMEOUT = "4h"
 #: How long a waiting client sleeps on the session's connection before it checks the Store anyway.
 WAKE_CEILING_SECONDS = 1.0
+#: How long the warm parent may take to answer a question about its state.
+ASK_SECONDS = 5.0
 #: How long the machine may take to listen on its socket.
 START_SECONDS = 30.0
 #: Modules of the kernel that a session's warm parent never imports ahead (they belong to the kernel).
@@ -95,6 +97,7 @@ class SessionRecord:
     until: float
     started: float
     plan: dict[str, Any] = field(default_factory=dict)
+    preload: list[str] = field(default_factory=list)  # what its warm parent imports before the first cell
     restarts: int = 0
 
 
@@ -119,6 +122,7 @@ class Session:
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         """A request the warm parent answers with a line of JSON (its state; ``stop``)."""
         with self.connect(self.record.control) as conn:
+            conn.settimeout(ASK_SECONDS)  # a parent still warming up (or ending) answers nothing
             conn.sendall(json.dumps({"token": self.record.token, **request}).encode() + b"\n")
             return json.loads(conn.makefile("rb").readline() or b"{}")
 
@@ -255,20 +259,21 @@ class Sessions:
             until=now + limit_s,
             started=now,
             plan=plan.to_dict(),
+            preload=kernel_modules() if preload is None else preload,
         )
-        self._boot(record, kernel_modules() if preload is None else preload)
+        self._boot(record)
         self.default = name
         return Session(self, record)
 
-    def _boot(self, record: SessionRecord, preload: list[str]) -> None:
+    def _boot(self, record: SessionRecord) -> None:
         """Start the record's machine and wait until it listens."""
         folder = tempfile.mkdtemp(prefix="nbb-")  # a folder only this user enters
         record.socket, record.control = os.path.join(folder, "cells"), os.path.join(folder, "control")
         record.machine = machine_name(record.session_id)
         self._save(record)
         argv = [record.socket, "--control", record.control, "--idle", str(record.idle_s), "--until", str(record.until)]
-        if preload:
-            argv += ["--preload", ",".join(preload)]
+        if record.preload:
+            argv += ["--preload", ",".join(record.preload)]
         machines = self.burst.machines(record.backend)
         machines.launch_session(record.session_id, record.cpus, argv, {"NBBURST_SESSION_TOKEN": record.token})
         session = Session(self, record)
@@ -328,7 +333,7 @@ class Sessions:
                 f"session {record.name!r} ended at its time limit; `%burst session start` starts a new one"
             )
         record.restarts += 1
-        self._boot(record, kernel_modules())
+        self._boot(record)
         session.revived = True
         return session
 

@@ -23,7 +23,7 @@ from ..client.cellcode import check_syntax
 from ..client.session import DEFAULT_IDLE, DEFAULT_NAME, DEFAULT_TIMEOUT
 from ..errors import UsageError
 from ..protocol import backends
-from .records import show_record
+from .records import compact, show_record
 from .sessions import SessionsTable
 from .tables import RECENT_JOBS, ConfigTable, JobsTable, select_infos
 
@@ -148,7 +148,9 @@ class BurstMagics(Magics):
             print(f"nbburst: no live view ({type(exc).__name__}: {exc})", file=sys.stderr)
             return None
 
-    def _wait_and_collect(self, job: Job) -> Any:
+    def _wait_and_collect(self, job: Job, backlog: bool = False) -> Any:
+        """Wait for ``job``, showing its output, then bring its variables in. ``backlog``: the job ran before
+        this cell (``%burst attach``): what it printed so far is shown compactly first."""
         __tracebackhide__ = True
         view = None
         out_shown = False  # the machine's displayhook showed the cell's Out (a "result" record), in its place
@@ -162,11 +164,13 @@ class BurstMagics(Magics):
 
         try:
             view = self._view(job)
-            if view is None:
-                job.wait(on_record=on_record)
-            else:
+            tail = job.tail() if view is None else view.tail
+            if view is not None:
                 view.start("blocking")
-                job.wait(on_record=on_record, tail=view.tail)
+            if backlog:
+                for record in compact(list(tail.poll())):
+                    on_record(record)
+            job.wait(on_record=on_record, tail=tail)
         except KeyboardInterrupt:
             message = (
                 f"nbburst: detached from job {job.name} ({job.id}); it keeps running. "
@@ -258,7 +262,7 @@ class BurstMagics(Magics):
 
     def _cmd_attach(self, rest: list[str]) -> Any:
         __tracebackhide__ = True
-        return self._wait_and_collect(self._one_job(rest, "attach"))
+        return self._wait_and_collect(self._one_job(rest, "attach"), backlog=True)
 
     def _cmd_result(self, rest: list[str]) -> Any:
         __tracebackhide__ = True
@@ -311,13 +315,17 @@ class BurstMagics(Magics):
         start.add_argument("--timeout", default=DEFAULT_TIMEOUT, help=f"hard time limit ({DEFAULT_TIMEOUT})")
         start.add_argument("--name", default=DEFAULT_NAME, help=f"the session's name ({DEFAULT_NAME})")
         start.add_argument("--backend", choices=backends.names(), help="where to run (default from config)")
+        start.add_argument(
+            "--preload", help="modules the machine imports ahead, comma-separated (default: the kernel's packages)"
+        )
         stop = sub.add_parser("stop", help="end a session and its machine")
         stop.add_argument("name", nargs="?", help="the session (default: the current one)")
         sub.add_parser("list", help="the sessions, with their cost so far")
         args = p.parse_args(rest)
         sessions = self.client.sessions
         if args.action == "start":
-            session = sessions.start(args.name, args.cores, args.idle, args.timeout, args.backend)
+            preload = None if args.preload is None else [m for m in args.preload.split(",") if m]
+            session = sessions.start(args.name, args.cores, args.idle, args.timeout, args.backend, preload)
             print(
                 f"nbburst: session {session.name} is up ({session.record.cores} cores); "
                 f"%%burst cells run on it until `%burst session stop`"

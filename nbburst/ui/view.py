@@ -55,7 +55,7 @@ from ..protocol.durations import format_duration
 from ..protocol.job import State
 from ..protocol.pricing import usd
 from . import style
-from .records import record_text
+from .records import record_text, rewrite_line
 from .tables import machine_text
 
 if TYPE_CHECKING:
@@ -173,11 +173,14 @@ class JobView:
         widgets see a text line instead."""
         from IPython.display import display
 
-        metadata = {METADATA_KEY: {"job": self.job.id}}
-        self._handle = display(self._bundle(), raw=True, display_id=True, metadata=metadata)
+        self._handle = display(self._bundle(), raw=True, display_id=True, metadata=self._metadata())
         self._static_value = self._static_html()
-        self._static_handle = display(self._static_bundle(), raw=True, display_id=True, metadata=metadata)
+        self._static_handle = display(self._static_bundle(), raw=True, display_id=True, metadata=self._metadata())
         return self
+
+    def _metadata(self) -> dict[str, Any]:
+        """The display metadata of both outputs, sent with every update too (an update replaces it)."""
+        return {METADATA_KEY: {"job": self.job.id}}
 
     def _static_bundle(self) -> dict[str, Any]:
         i = self._info
@@ -470,7 +473,7 @@ class JobView:
         if not backends.is_remote(i.get("backend")):
             parts.append(f"{usd(0.0)} (local)")
         else:
-            money = usd(cost)
+            money = usd(cost) + (f" of a {usd(i['budget']['usd'])} budget" if i.get("budget") else "")
             if c.get("saving"):
                 pct = 100.0 * c["saving"] / c["on_demand"] if c.get("on_demand") else 0.0
                 money += f", saved {usd(c['saving'])} ({pct:.0f}%) vs on-demand"
@@ -497,7 +500,10 @@ class JobView:
             elapsed, cost = self._live_numbers()
             money = usd(0.0) + " · local" if not backends.is_remote(i.get("backend")) else usd(cost)
             state = style.state_inline_html(i["state"])
-            lines.append(f"{state} · attempt {max(1, i.get('attempt') or 1)} · {format_duration(elapsed)} · {money}")
+            lines.append(  # the line the lab extension refreshes from the server while the job is unfinished
+                f"<span data-nbburst-live=''>{state} · attempt {max(1, i.get('attempt') or 1)} · "
+                f"{format_duration(elapsed)} · {money}</span>"
+            )
             if self._last_phase:
                 lines.append(_inline_note(self._last_phase + "…"))
             if self.progress_box.layout.display != "none":
@@ -510,8 +516,11 @@ class JobView:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self._info_wall))
         follow = "" if i["state"] in _ENDED else f"; `%burst attach {i['name']}` follows it live"
         body += f"<div>{_inline_note(f'as of {when}{follow}')}</div>"
-        job = html.escape(i["id"])
-        return f"<div class='{style.STATIC}' data-nbburst-job='{job}' style='{style.STATIC_BOX}'>{body}</div>"
+        job, state = html.escape(i["id"]), html.escape(i["state"])
+        return (
+            f"<div class='{style.STATIC}' data-nbburst-job='{job}' data-nbburst-state='{state}' "
+            f"style='{style.STATIC_BOX}'>{body}</div>"
+        )
 
     def _render_static(self, now: float, force: bool = False) -> None:
         """Refresh the static summary beside the widget: on a change of state, else every STATIC_SECONDS."""
@@ -522,7 +531,7 @@ class JobView:
             return
         self._static_value, self._static_mono = value, now
         try:
-            self._static_handle.update(self._static_bundle(), raw=True)
+            self._static_handle.update(self._static_bundle(), raw=True, metadata=self._metadata())
         except Exception:  # a fallback must never break the view
             pass
 
@@ -539,6 +548,7 @@ class JobView:
                         f"nbburst job {i['name']} ({i['id']}): " + re.sub(r"<[^>]+>", "", summary.replace("<br>", "; "))
                     ),
                     raw=True,
+                    metadata=self._metadata(),
                 )
             except Exception:
                 pass
@@ -588,9 +598,9 @@ class TailLines:
         *ended, rest = text.split("\n")
         current = self.partial.pop(stream, "")
         for piece in ended:
-            self.lines.append((stream, _rewrite(current + piece)))
+            self.lines.append((stream, rewrite_line(current + piece)))
             current = ""
-        current = _rewrite(current + rest)
+        current = rewrite_line(current + rest)
         if current:
             self.partial[stream] = current
         if len(self.lines) > self.KEEP:
@@ -606,16 +616,6 @@ class TailLines:
             text = html.escape(text)
             out.append(text if stream == "stdout" else f"<span {attribute(stream)}>{text}</span>")
         return "\n".join(out)
-
-
-def _rewrite(line: str) -> str:
-    """A line as a terminal leaves it: the text after its last carriage return that is followed by any."""
-    segments = line.split("\r")
-    current = segments[0]
-    for segment in segments[1:]:
-        if segment:
-            current = segment
-    return current
 
 
 def in_kernel(shell: Any = None) -> bool:

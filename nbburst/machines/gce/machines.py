@@ -25,7 +25,9 @@ never enters the Store nor the metadata: only the VM's service account may read 
 :mod:`~nbburst.machines.gce.keysecret`), ``nbburst-attempt`` and the startup/shutdown scripts
 (:mod:`nbburst.machines.gce.vm`); spot with ``instanceTerminationAction=STOP`` (the disk
 stays for a restart) and a ``maxRunDuration`` of the job's time left plus a
-margin, so Compute Engine itself ends a VM whose agent hangs.
+margin, so Compute Engine itself ends a VM whose agent hangs; with ``--budget``,
+at most what the budget left buys at the machine's price, and
+``instanceTerminationAction=DELETE`` (:mod:`nbburst.protocol.budget`).
 """
 
 from __future__ import annotations
