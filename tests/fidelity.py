@@ -420,8 +420,8 @@ def observe(cell: dict) -> dict:
             out = normalise(o.get("data", {}).get("text/plain", ""))
         elif kind == "display_data":
             data = o.get("data", {})
-            if WIDGET_MIME in data or JOB_VIEW_HTML in data.get("text/html", ""):
-                continue  # the job view
+            if WIDGET_MIME in data or JOB_VIEW_HTML in data.get("text/html", "") or "nbburst" in o.get("metadata", {}):
+                continue  # the job view: its widget and its static summary
             mimes.append("+".join(sorted(data)))
         elif kind == "error":
             error = {"ename": o.get("ename"), "evalue": normalise(o.get("evalue", ""))[:200]}

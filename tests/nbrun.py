@@ -37,9 +37,11 @@ def error(outputs: list[dict]) -> tuple[str, str, str] | None:
 
 
 def data(outputs: list[dict], kind: str = "display_data") -> list[dict]:
-    """The cell's own display outputs (the job view widget left out)."""
+    """The cell's own display outputs (the job view left out: its widget and its static summary)."""
     return [
         o["data"]
         for o in outputs
-        if o["output_type"] == kind and "application/vnd.jupyter.widget-view+json" not in o["data"]
+        if o["output_type"] == kind
+        and "application/vnd.jupyter.widget-view+json" not in o["data"]
+        and "nbburst" not in o.get("metadata", {})
     ]

@@ -56,8 +56,8 @@ def observe(outputs: list[dict], payload: list[dict]) -> dict:
                 shown.append(("stream", o["name"], text))
         elif kind == "error":
             shown.append(("error", o["ename"], o["evalue"]))
-        elif o["data"].get("text/plain", "").startswith("nbburst job"):
-            continue
+        elif o["data"].get("text/plain", "").startswith("nbburst job") or "nbburst" in o.get("metadata", {}):
+            continue  # the job view: its widget and its static summary
         else:
             text = o["data"].get("text/html") or o["data"].get("text/plain", "")
             shown.append((kind, tuple(sorted(o["data"])), text if WIDGET not in o["data"] else ""))

@@ -4,8 +4,9 @@ A notebook submits two detached ``%%burst`` cells on the local backend; the
 sidebar shows the first one running then succeeded, with its log, and cancels
 the second one. Another notebook waits in a ``%%burst`` cell: its job view is
 cancelled while the kernel is busy, in the light and the dark theme, links to
-the sidebar and back, and after a kernel restart and a reload the notebook
-shows the view's static summary instead of a widget error. Set
+the sidebar and back, is detached from while its cell waits, and after a
+kernel restart and a reload the notebook shows the views' static summaries
+instead of a widget error, the unfinished job's kept current from the server. Set
 ``NBBURST_UPDATE_SCREENSHOTS=1`` to refresh the screenshots in ``docs/``
 (otherwise they stay in the test's tmp folder).
 """
@@ -201,7 +202,7 @@ WAITING_CELLS = [
     "print('a warning on stderr', file=sys.stderr, flush=True)\n"
     "nbburst.progress(3, 10, 'steps')\n"
     "time.sleep(120)",
-    "%%burst --detach --name view-detached\nimport time\nprint('detached and running', flush=True)\ntime.sleep(120)",
+    "%%burst --name view-detached\nimport time\nprint('detach me', flush=True)\ntime.sleep(120)",
 ]
 
 
@@ -274,9 +275,18 @@ def test_job_view_cancels_while_the_cell_waits_and_survives_a_restart(tmp_path, 
                 expect(idle).to_be_visible(timeout=15_000)
                 expect(cell.locator(".nbburst-view-static")).to_contain_text("CANCELLED", timeout=15_000)
 
-                # A detached job, still running when the kernel goes.
-                run_cell(page, 2, "submitted")
-                detached = page.locator(".jp-Notebook .jp-Cell").nth(2).locator(".nbburst-view-static")
+                # Detach from the view while the cell waits: the cell ends, the job and its view go on.
+                run_cell(page, 2, "detach me")
+                waiting = page.locator(".jp-Notebook .jp-Cell").nth(2)
+                expect(waiting.locator(".nbburst-view-running")).to_be_visible(timeout=20_000)
+                expect(waiting.locator(".jp-InputPrompt")).to_have_text("[*]:")
+                waiting.locator(".nbburst-view-detach").click()
+                expect(waiting).to_contain_text("detached from job view-detached", timeout=20_000)
+                expect(waiting.locator(".jp-InputPrompt")).to_have_text(re.compile(r"^\[\d+\]:$"))
+                expect(waiting.locator(".nbburst-view-tail")).to_contain_text(
+                    "detach me"
+                )  # nobody waits: the tail shows
+                detached = waiting.locator(".nbburst-view-static")
                 expect(detached).to_contain_text("RUNNING", timeout=20_000)
 
                 # Saved, kernel restarted, page reloaded: the widget's model is gone, the static summary shows.

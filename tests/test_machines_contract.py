@@ -89,8 +89,11 @@ def test_plan_chooses_a_machine_and_creates_nothing(machines: Machines, backend:
 
 
 def test_plan_refuses_what_it_cannot_honour_before_launch(machines: Machines) -> None:
-    with pytest.raises(UnsupportedOption, match="--workers"):
-        machines.plan(Resources(workers=2))
+    if machines.scale_out:  # --workers: worker machines like the job's (tests/test_scaleout.py)
+        assert machines.plan(Resources(cores=2, workers=1)).cores >= 2
+    else:
+        with pytest.raises(UnsupportedOption, match="--workers"):
+            machines.plan(Resources(workers=2))
     with pytest.raises(UsageError, match="100000"):
         machines.plan(Resources(cores=100_000))
     assert machines.list() == []

@@ -18,7 +18,7 @@ every notebook.
 from __future__ import annotations
 
 import pytest
-from fidelity import check, discover, notebook_id
+from fidelity import aspect_keys, check, discover, notebook_id
 
 _UNSEEDED = "draws random numbers without a seed: two plain runs differ too"
 
@@ -26,22 +26,38 @@ _UNSEEDED = "draws random numbers without a seed: two plain runs differ too"
 #: finds them), with why. Aspects are named as the harness reports them: ``cell N stdout|out|mimes|error``
 #: or ``namespace NAME``.
 VARIES: dict[str, dict[str, str]] = {
-    "imbalanced-learn/plot_make_imbalance": {"namespace X_resampled": _UNSEEDED},
-    "imbalanced-learn/plot_outlier_rejections": {
-        **dict.fromkeys(
-            [
-                "cell 1 stdout",
-                "namespace X_inliers",
-                "namespace X_test",
-                "namespace X_train",
-                "namespace blobs",
-                "namespace moons",
-                "namespace y_inliers",
-                "namespace y_pred",
-            ],
-            "make_moons/make_blobs without a random_state: " + _UNSEEDED,
-        )
+    "imbalanced-learn/plot_make_imbalance": {
+        "namespace X_resampled": "make_imbalance(...) without a random_state: " + _UNSEEDED,
     },
+    "imbalanced-learn/plot_outlier_rejections": dict.fromkeys(
+        [
+            "cell 1 stdout",
+            "namespace X_inliers",
+            "namespace X_test",
+            "namespace X_train",
+            "namespace blobs",
+            "namespace moons",
+            "namespace y_inliers",
+            "namespace y_pred",
+        ],
+        "make_moons/make_blobs without a random_state: " + _UNSEEDED,
+    ),
+    "imbalanced-learn/plot_sampling_strategy_usage": dict.fromkeys(
+        [
+            "namespace X",
+            "namespace X_res",
+            "namespace binary_X",
+            "namespace binary_mask",
+            "namespace binary_y",
+            "namespace y",
+            "namespace y_res",
+        ],
+        "make_imbalance(iris...) and the samplers without a random_state: " + _UNSEEDED,
+    ),
+    "networkx/plot_expected_degree_sequence": dict.fromkeys(
+        ["cell 1 stdout", "namespace dh", "namespace i"],
+        "nx.expected_degree_graph(w) without a seed: " + _UNSEEDED,
+    ),
 }
 
 #: The notebooks run by default: each project's quickest, plus the ones that once showed a cause
@@ -77,6 +93,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def test_the_subset_and_the_documented_variations_name_real_notebooks():
     names = {notebook_id(p) for p in discover()}
     assert set(SUBSET) <= names and set(VARIES) <= names
+    assert all(len(aspect_keys(aspects)) == len(aspects) for aspects in VARIES.values())  # names the harness knows
     projects = {n.partition("/")[0] for n in SUBSET}
     assert len(SUBSET) >= 15 and projects == {p.partition("/")[0] for p in names}
 

@@ -150,3 +150,15 @@ def test_the_magics_start_use_list_and_stop_a_session(burst):
         wait_until(lambda: burst.machines("local").describe(session.machine).state == GONE)
     finally:
         InteractiveShell.clear_instance()
+
+
+def test_a_cancelled_cell_leaves_the_session_warm(burst):
+    session = burst.sessions.start(cores=1, idle="5m", timeout="10m", preload=[])
+    ns: dict[str, Any] = {}
+    code = "import time\ntime.sleep(60)"
+    job = burst.submit_cell(code, capture(code, ns, None), burst.options())
+    wait_until(lambda: job.state == State.RUNNING, timeout=60, what="the cell runs")
+    assert job.cancel() == State.CANCELLED
+    after = run(burst, PARENT + "c = 3", ns)
+    assert after.state == State.SUCCEEDED and ns["c"] == 3
+    assert ns["parent"] == session.ask({})["pid"]

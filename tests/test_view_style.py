@@ -181,3 +181,28 @@ def test_the_sidebar_css_is_scoped_and_shares_no_class_with_the_view():
     # A sidebar class ending in "-" is a prefix the TypeScript completes (`nbburst-state-${state}`).
     shared = {c for c in view_classes if any(c == s or (s.endswith("-") and c.startswith(s)) for s in sidebar_classes)}
     assert not shared, f"classes of both the view and the sidebar: {sorted(shared)}"
+
+
+def test_the_static_summary_takes_every_colour_from_the_theme():
+    """The summary shown once the widget is gone has no stylesheet: its inline styles follow the theme too."""
+    from nbburst.ui.view import JobView
+
+    job = FakeJob()
+    view = JobView(job)
+    view.feed({"s": "stdout", "x": "epoch 1\n"})
+    view.feed({"s": "stderr", "x": "a warning\n"})
+    view._render_logs(force=True)
+    running = view._static_html()
+    job.data.update(state="FAILED", ended=job.data["created"] + 30, message="the cell raised ValueError")
+    view.finish()
+    for static in (running, view._static_html()):
+        bodies = re.findall(r"style='([^']*)'", static)
+        assert sum(assert_theme_colours("static summary", body) for body in bodies) >= 4
+
+
+def test_the_notebook_css_only_swaps_the_view_and_its_static_summary():
+    rules = css_rules((REPO / "labextension" / "style" / "notebook.css").read_text())
+    assert len(rules) == 2
+    for selector, body in rules:
+        assert selector.startswith(".jp-OutputArea-child") and "nbburst-view-static" in selector
+        assert declarations(body) == [("display", "none")]

@@ -10,9 +10,8 @@ nothing is held and every blob comes from the Store.
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
-
-import psutil
 
 from ..protocol import payload, signing
 from ..protocol.job import blob_key
@@ -40,7 +39,7 @@ def hold(store: Store, digest: str) -> bool:
         raise signing.SignatureError(f"blob {digest[:12]} does not match its address; not holding it")
     _held[digest] = payload.aligned(data)
     _reads[0] += 1
-    budget = psutil.virtual_memory().total * MEMORY_SHARE
+    budget = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * MEMORY_SHARE
     while len(_held) > 1 and sum(view.nbytes for view in _held.values()) > budget:
         _held.popitem(last=False)
     return True

@@ -24,6 +24,7 @@ reschedules what it was running.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import signal
@@ -32,10 +33,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..protocol.cluster import latest as latest_cluster
 from ..protocol.folder import JobFolder
 from ..protocol.job import ENV_SCHEDULER, JobSpec
 from ..protocol.metadata import metadata, on_gce
-from ..store import NotFound
 from . import spawn
 
 #: How long the runner waits for every worker once the first has joined, before the cell starts with fewer.
@@ -59,12 +60,10 @@ def host_address() -> str:
 
 @dataclass
 class Scheduler:
-    """The scheduler child of one attempt: its process group and what its workers and client need."""
+    """The scheduler child of one attempt: its process group and its address."""
 
     pid: int
     address: str
-    dashboard: str | None
-    record: dict[str, Any]
 
     def stop(self) -> None:
         try:
@@ -97,7 +96,7 @@ def start_scheduler(folder: JobFolder, spec: JobSpec, attempt: int, tag: str) ->
     record = {"attempt": attempt, "workers": spec.resources.workers, **started, "tls": tls["worker"]}
     folder.put_record(folder.layout.cluster(attempt), json.dumps(record).encode())
     os.environ[ENV_SCHEDULER] = json.dumps({k: record[k] for k in ("address", "workers")} | {"tls": tls["client"]})
-    return Scheduler(pid, started["address"], started.get("dashboard"), record)
+    return Scheduler(pid, started["address"])
 
 
 def _read_line(fd: int, timeout: float) -> dict[str, Any] | None:
@@ -149,7 +148,8 @@ def _serve_scheduler(write_fd: int, host: str) -> int:
             security=_security("scheduler", tls["scheduler"]),
         ) as scheduler:
             port = scheduler.http_server.port if scheduler.http_server is not None else None
-            dashboard = f"http://{host}:{port}/status" if port and "dashboard" in scheduler.services else None
+            charts = importlib.util.find_spec("bokeh") is not None  # the dashboard's pages need it
+            dashboard = f"http://{host}:{port}/status" if port and charts else None
             started = {"address": scheduler.address, "dashboard": dashboard, "tls": tls}
             os.write(write_fd, json.dumps(started).encode() + b"\n")
             os.close(write_fd)
@@ -187,21 +187,15 @@ def connect() -> Any:
 # -- on a worker machine ----------------------------------------------------------------------------------
 
 
-def latest_cluster(folder: JobFolder) -> dict[str, Any] | None:
-    """The newest attempt's cluster record (verified), or None before any scheduler started."""
-    for key in reversed(folder.store.list(folder.layout.cluster_prefix)):
-        try:
-            return json.loads(folder.get_record(key))
-        except NotFound:
-            continue
-    return None
-
-
 def serve_worker(folder: JobFolder, spec: JobSpec, machine: str) -> int:
     """A worker machine's agent: serve a Dask worker to the newest attempt's scheduler until the job ends.
 
     A scheduler that goes (its machine preempted) is followed to the next attempt's; the job's end (its
     verdict) ends the worker within :data:`WORKER_POLL_S` or so."""
+    if folder.store.exists(folder.layout.dist_manifest):  # a VM of its own: the notebook's versions, as the job's
+        from .envsync import sync
+
+        sync(folder.store, folder.layout, folder.key, _Console())
     cores = int((spec.plan or {}).get("cores") or os.cpu_count() or 1)
     workdir = os.path.join(os.getcwd(), "work", machine)
     os.makedirs(workdir, exist_ok=True)
@@ -219,6 +213,16 @@ def serve_worker(folder: JobFolder, spec: JobSpec, machine: str) -> int:
             print(f"nbburst worker {machine}: {type(exc).__name__}: {exc}", flush=True)
     print(f"nbburst worker {machine}: the job has ended", flush=True)
     return 0
+
+
+class _Console:
+    """Where a worker machine reports (its console: the job's log is the cell's)."""
+
+    def event(self, text: str) -> None:
+        print(text, flush=True)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
 
 
 async def _serve_worker(folder: JobFolder, record: dict[str, Any], cores: int, workdir: str, machine: str) -> None:

@@ -47,7 +47,8 @@ def _caller(frame: Any) -> Any:
 
 def _caller_total(frame: Any, iterable: Any) -> int | None:
     """How many tasks ``iterable`` holds, where it can be known without consuming it."""
-    local = frame.f_locals if frame is not None else {}
+    in_sklearn = frame is not None and str(frame.f_globals.get("__name__", "")).startswith("sklearn.")
+    local = frame.f_locals if in_sklearn else {}  # scikit-learn's own names, never a user's that happen to match
     candidates, splits = local.get("n_candidates"), local.get("n_splits")
     if isinstance(candidates, int) and isinstance(splits, int):
         return candidates * splits

@@ -120,9 +120,11 @@ class Agent:
         if event.get("s") == "progress":
             with self.status_lock:
                 self.status.progress = {k: event.get(k) for k in ("done", "total", "desc")}
-        elif event.get("s") == "phase":  # reporting.phase: loading inputs, importing...
-            with self.status_lock:
-                self.status.message = str(event.get("x") or "")
+        elif event.get("s") == "phase" and not self.superseded:  # reporting.phase: loading inputs, importing...
+            try:
+                self.write_status(message=str(event.get("x") or ""))  # at once: it matters in the first seconds
+            except Exception:  # the next heartbeat carries it; the log shipping this thread does must go on
+                traceback.print_exc()
 
     def commit_terminal(self, state: State, reason: str = "") -> State:
         """Write the job's end once; if someone else ended it first, theirs stands. A superseded attempt
@@ -132,6 +134,20 @@ class Agent:
         earlier = self.folder.statuses(strict=False)  # for the cost only: a forged one is left out
         statuses = [s for s in earlier if s.attempt != self.attempt] + [self.status]  # ours is the freshest
         return commit_terminal(self.folder, self.spec, state, reason, self.attempt, "agent", statuses)
+
+    def _budget_stop(self, earlier: list[Any]) -> float | None:
+        """When, by this machine's clock, the budget left for this attempt is spent. The allowance runs from the
+        attempt's claim, measured by the Store's clock (``claims/<n>`` is never rewritten), so a client clock
+        ahead or behind neither shortens nor stretches it."""
+        launched = self.status.launched
+        stop = budget.stop_time(self.spec, earlier, launched)
+        if stop is None:
+            return None
+        try:
+            since_claim = self.store.age(self.layout.claim(self.attempt))
+        except NotFound:
+            since_claim = 0.0
+        return time.time() + (stop - launched) - since_claim
 
     def _budget_reason(self) -> str:
         statuses = [s for s in self.folder.statuses(strict=False) if s.attempt != self.attempt] + [self.status]
@@ -215,7 +231,7 @@ class Agent:
         handoff.clear()
         self.write_status(state=State.PROVISIONING, message="restoring checkpoints", launched=self.launched())
         earlier = [s for s in self.folder.statuses(strict=False) if s.attempt < self.attempt]
-        self.budget_stop = budget.stop_time(self.spec, earlier, self.status.launched)
+        self.budget_stop = self._budget_stop(earlier)
         try:
             restored = restore(self.store, self.layout, self.ident.key, checkpoints)
         except signing.SignatureError as exc:
@@ -396,6 +412,9 @@ def main(argv: list[str]) -> int:
         return 0
     if worker is not None:
         cluster.serve_worker(JobFolder(store, layout, ident.key), spec, ident.machine)
+        from .envsync import settle
+
+        settle()  # an environment it built at boot is stored before the VM goes
         end_machine()
         return 0
     agent = Agent(store, layout, spec, ident)

@@ -3,10 +3,11 @@
 A cell on a fresh machine pays a new Python, its imports and its inputs. A
 session's machine instead runs this warm parent: it has imported nbburst's
 runtime and the notebook's heavy modules once, holds the inputs cells read by
-content address (:mod:`.blobcache`), and for each cell forks a controller that
-runs the attempt exactly as ``python -m nbburst.agent`` would (:class:`.main.Agent`:
-claim check, heartbeat, cancel, time limit, log shipping, the verdict) and forks
-the cell's runner in turn. Each cell is so a process of its own: an ``os._exit``,
+content address (:mod:`.blobcache`), and keeps a controller forked ahead for the
+next cell (:class:`WarmParent`), which runs the attempt exactly as ``python -m
+nbburst.agent`` would (:mod:`.warmcell`, a :class:`.main.Agent`: claim check,
+heartbeat, cancel, time limit, log shipping, the verdict) and forks the cell's
+runner in turn. Each cell is so a process of its own: an ``os._exit``,
 a crash or a timeout ends that cell only, and the parent stays warm for the next.
 
 The client asks for a cell over a Unix socket in a folder only its user can
@@ -25,6 +26,7 @@ start, so what a cell left behind (a double fork) is ended once no cell runs.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import ctypes
 import hmac
@@ -37,13 +39,10 @@ import sys
 import time
 from typing import Any
 
-from ..protocol import imports, payload, signing
-from ..protocol.job import ENV_ATTEMPT, ENV_JOB_KEY, JobLayout, State, attempt_tag, split_job_url
-from ..store import NotFound, Store, open_store
-from . import blobcache, preemption, spawn
-from .main import Agent, Identity, load_spec
-from .shell import INLINE_BACKEND, KERNEL_ENVIRONMENT
-from .shipper import Shipper
+from ..protocol import imports, payload
+from ..protocol.job import ENV_ATTEMPT, JobLayout, attempt_tag, split_job_url
+from ..store import Store, open_store
+from . import blobcache, spawn
 
 #: The session's secret, handed to the parent in its environment (removed from it at once).
 ENV_TOKEN = "NBBURST_SESSION_TOKEN"
@@ -71,67 +70,8 @@ _PR_SET_CHILD_SUBREAPER = 36
 KERNEL_SIDE = frozenset(
     {"tqdm", "matplotlib_inline", "ipywidgets", "plotly", "bokeh", "seaborn", "IPython", "ipykernel"}
 )
-TOP_LEVEL_ONLY = frozenset({"matplotlib"})
-
-
-class _WakingShipper(Shipper):
-    """Ships like any attempt, and tells the waiting client each time a chunk is out."""
-
-    wake: Any = None
-
-    def flush(self) -> None:
-        before = self.seq
-        super().flush()
-        if self.seq != before and self.wake is not None:
-            self.wake(b"L")
-
-
-class SessionAgent(Agent):
-    """One cell's controller in a session: an ordinary attempt whose output also wakes the client."""
-
-    shipper_class = _WakingShipper
-
-    def write_status(self, **changes: Any) -> None:
-        """As any attempt's, except that a warm machine has nothing to provision: that step is not written
-        (its fields go with the next status)."""
-        if changes.get("state") == State.PROVISIONING:
-            for name, value in changes.items():
-                setattr(self.status, name, value)
-            return
-        super().write_status(**changes)
-
-    def sweep(self, attempts: Any) -> None:
-        """Nothing to find by the job's marker: every process here carries the session's (the machine's).
-        What a cell left behind is ended by the warm parent, its subreaper, once no cell runs."""
-
-
-def _notify(conn: socket.socket, what: bytes) -> None:
-    try:
-        conn.send(what, socket.MSG_DONTWAIT)
-    except OSError:
-        pass  # the client is gone or not reading: the Store has everything
-
-
-def _control(conn: socket.socket, request: dict[str, Any]) -> int:
-    """In the forked controller: run the attempt as ``python -m nbburst.agent`` would, then say so."""
-    os.environ[ENV_JOB_KEY] = request["key"]
-    root, job_id = split_job_url(request["job"])
-    ident = Identity()
-    store = open_store(root)
-    layout = JobLayout(job_id)
-    try:
-        spec = load_spec(store, layout, ident.key)
-    except (NotFound, signing.SignatureError) as exc:
-        print(f"nbburst session: cannot run job {job_id}: {exc}", file=sys.stderr)
-        _notify(conn, b"D")
-        return 3
-    if not store.exists(layout.terminal):
-        agent = SessionAgent(store, layout, spec, ident)
-        agent.shipper.wake = lambda what: _notify(conn, what)
-        preemption.install(agent)
-        agent.run()
-    _notify(conn, b"D")
-    return 0
+#: Packages whose modules look for a kernel on import: what the parent imports of them instead.
+INSTEAD = {"matplotlib": ("matplotlib", "matplotlib.figure", "matplotlib.axes", "matplotlib.backends.backend_agg")}
 
 
 def _take_cell(cells: socket.socket, token: str) -> tuple[socket.socket, dict[str, Any]]:
@@ -193,7 +133,7 @@ class WarmParent:
                 elif key.data == "report":
                     self._reported()
                 elif key.data == "spare":
-                    self._spare_died()
+                    self._spare_died(key.fd)
                 else:
                     self._reaped(key.data)
         self._end_spare()
@@ -237,6 +177,7 @@ class WarmParent:
         parents = [self.control.fileno(), self.sel.fileno(), self.wake_r, self.wake_w, self.report_r]
         inherited = parents + list(self.running.values())
         cells, token, report_w = self.cells_socket, self.token, self.report_w
+        from . import warmcell
 
         def body() -> int:
             for fd in inherited:  # the parent's: a cell holds only its own connection and the report pipe
@@ -246,7 +187,7 @@ class WarmParent:
             os.write(report_w, json.dumps({**request, "pid": os.getpid()}).encode() + b"\n")  # < PIPE_BUF: whole
             os.close(report_w)
             os.environ[ENV_ATTEMPT] = attempt_tag(split_job_url(request["job"])[1], int(request["attempt"]))
-            return _control(conn, request)
+            return warmcell.control(conn, request)
 
         pid = spawn.spawn(body, os.environ.get(ENV_ATTEMPT, ""))
         pidfd = os.pidfd_open(pid)
@@ -269,13 +210,14 @@ class WarmParent:
             self._prepare(request)
         self._fork_spare()
 
-    def _spare_died(self) -> None:
-        """The spare ended before it took a cell (killed, or a crash): fork another."""
-        if self.spare is not None:
-            pid, pidfd = self.spare
+    def _spare_died(self, pidfd: int) -> None:
+        """The spare ended before it took a cell (killed, or a crash): fork another. (An event of a spare that
+        has reported meanwhile is its cell's: it comes again as such.)"""
+        if self.spare is not None and self.spare[1] == pidfd:
+            pid, _ = self.spare
             self.spare = None
             self._forget(pid, pidfd)
-        self._fork_spare()
+            self._fork_spare()
 
     def _end_spare(self) -> None:
         if self.spare is not None:
@@ -318,6 +260,8 @@ class WarmParent:
 
     def _prepare(self, request: dict[str, Any]) -> None:
         """After a cell started: import its modules and hold its inputs here, for the cells after it."""
+        from .main import load_spec
+
         try:
             root, job_id = split_job_url(request["job"])
             store = self.stores.get(root) or self.stores.setdefault(root, open_store(root))
@@ -327,14 +271,20 @@ class WarmParent:
             if payload.digest_bytes(raw) != spec.digests.get("inputs.json"):
                 return  # the runner refuses it, and says so
             manifest = json.loads(raw)
-            imports.import_all(warm_imports([*manifest.get("submodules", []), *manifest.get("modules", {}).values()]))
             for digest in [*manifest.get("values", {}).values(), manifest.get("state")]:
                 if digest:
                     blobcache.hold(store, digest)
+            code = store.get(layout.code) if spec.kind == "cell" else b""
+            names = [*manifest.get("submodules", []), *manifest.get("modules", {}).values()]
+            if payload.digest_bytes(code) == spec.digests.get("code.py"):
+                names += imported_by(code.decode())  # what this cell imports, the next ones use
+            imports.import_all(warm_imports(names))
         except Exception as exc:  # the runner meets the same problem and reports it as the cell's
             print(f"nbburst session: could not prepare {request.get('job')}: {exc}", file=sys.stderr)
 
     def _reaped(self, pid: int) -> None:
+        if pid not in self.running:
+            return  # reaped already (an event of the same batch)
         self._forget(pid, self.running.pop(pid))
         self.last = time.time()
         if not self.running:
@@ -344,7 +294,7 @@ class WarmParent:
         self.sel.unregister(pidfd)
         os.close(pidfd)
         try:
-            os.waitpid(pid, 0)
+            os.waitpid(pid, os.WNOHANG)  # it has ended (its pidfd said so); never wait here
         except ChildProcessError:
             pass
 
@@ -364,15 +314,31 @@ class WarmParent:
         print(f"nbburst session: ending after {self.cells} cells: {reason}", file=sys.stderr, flush=True)
 
 
+def imported_by(code: str) -> list[str]:
+    """The modules a cell's code imports (``import a.b``, ``from a.b import c``; not relative ones)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+    return names
+
+
 def warm_imports(names: list[str]) -> list[str]:
-    """Of the modules a cell imports, those the warm parent imports ahead: none of a package that looks for a
-    kernel when imported (the cell's process imports them after its shell exists, agent/shell.py), and of
-    matplotlib only the top level (pyplot installs its hooks into the shell it finds)."""
-    out = set()
+    """Of the modules cells use, those the warm parent imports ahead: none of a package that looks for a
+    kernel when imported (the cell's process imports them after its shell exists, agent/shell.py); for
+    matplotlib, what pyplot is made of but not pyplot itself (it installs its hooks into the shell it finds)."""
+    out: set[str] = set()
     for name in filter(None, names):
         top = name.partition(".")[0]
-        if top not in KERNEL_SIDE:
-            out.add(top if top in TOP_LEVEL_ONLY else name)
+        if top in KERNEL_SIDE:
+            continue
+        out.update(INSTEAD.get(top, (name,)))
     return sorted(out)
 
 
@@ -432,8 +398,14 @@ def main(argv: list[str]) -> int:
     if not token:
         raise SystemExit("nbburst session: no token")
     cells, control = (_listen(path) for path in (args.socket, args.control))
+    # The hard limit holds whatever happens to the loop below: SIGALRM's default ends this process, and the
+    # cells' processes die with it (agent/spawn.py). A fork does not inherit the alarm.
+    signal.alarm(max(1, int(args.until - time.time() + LIMIT_GRACE_SECONDS + 5)))
     _subreaper()
     # Cells wait in the backlog while the parent warms up: the session is up as soon as it listens.
+    from . import warmcell  # noqa: F401 (the cells' controllers, imported before any is forked)
+    from .shell import INLINE_BACKEND, KERNEL_ENVIRONMENT
+
     os.environ.update(KERNEL_ENVIRONMENT)  # what the cell's shell sets, before anything imports matplotlib
     os.environ.setdefault("MPLBACKEND", INLINE_BACKEND)
     imports.import_all(RUNTIME)
@@ -442,11 +414,6 @@ def main(argv: list[str]) -> int:
             break  # serve() ends the session at once
         imports.import_all([name])
     _warm_shell()
-    if os.environ.get("XTRACE"):
-        sys.path.insert(0, "/tmp/sess")
-        import xtrace
-
-        xtrace.install()
     parent = WarmParent(cells, control, token, args.idle, args.until)
     try:
         parent.serve()

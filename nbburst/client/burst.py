@@ -791,6 +791,8 @@ class Job:
             "budget": budget.view(self.spec.budget_usd, cost["total"]),
             "resumed_from": self.spec.resumed_from or None,
             "message": (terminal.reason if terminal else status.message if status else ""),
+            # --workers: their count, states, cost and the Dask dashboard (client/workers.py)
+            "workers": workers.summary(self, elapsed, not state.terminal) if self.spec.resources.workers else None,
         }
 
 

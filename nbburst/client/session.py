@@ -20,6 +20,7 @@ import json
 import os
 import secrets
 import select
+import shutil
 import socket
 import sys
 import tempfile
@@ -296,12 +297,16 @@ class Sessions:
             session.ask({"stop": True})
         except (OSError, ValueError):
             pass
-        self.burst.machines(session.record.backend).delete(session.machine)
+        self._end_machine(session.record)
         self._path(session.name).unlink(missing_ok=True)
         if self.default == session.name:
             self.default = None
         info["state"] = "STOPPED"
         return info
+
+    def _end_machine(self, record: SessionRecord) -> None:
+        self.burst.machines(record.backend).delete(record.machine)
+        shutil.rmtree(os.path.dirname(record.socket), ignore_errors=True)  # its sockets' folder
 
     # -- lookup -------------------------------------------------------------------------------
     def get(self, name: str | None = None) -> Session:
@@ -326,7 +331,7 @@ class Sessions:
             return session
         except OSError:
             pass
-        self.burst.machines(record.backend).delete(record.machine)  # whatever is left of it
+        self._end_machine(record)  # whatever is left of it
         if time.time() >= record.until - 1:
             self._path(record.name).unlink(missing_ok=True)
             raise SessionGone(

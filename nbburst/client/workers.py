@@ -14,9 +14,11 @@ reschedules what it was running. Each worker is launched at most
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from ..machines.base import GONE, STOPPED, MachineInfo, worker_name
+from ..protocol import cluster
 from ..protocol.job import DESCRIBE_SECONDS, JobSpec
 
 if TYPE_CHECKING:
@@ -50,6 +52,23 @@ def states(job: Job) -> list[dict[str, Any]]:
     """Each worker machine and its state, for the job's view and the sidebar."""
     found = listed(job)
     return [{"name": name, "state": found[name].state if name in found else GONE} for name in names(job.spec)]
+
+
+def summary(job: Job, elapsed_s: float, live: bool) -> dict[str, Any]:
+    """The workers for the job's view and the sidebar: count, each machine's state (asked of the backend only
+    while the job is ``live``), their cost so far (their count at the job's price for ``elapsed_s``, an
+    estimate: each runs about as long as the job) and the Dask dashboard's address, when there is one."""
+    spec = job.spec
+    machines = states(job) if live else [{"name": name, "state": GONE} for name in names(spec)]
+    record = cluster.latest(job.folder) or {}
+    per_hour = float((spec.plan or {}).get("price_per_hour") or 0.0)
+    return {
+        "count": len(machines),
+        "machines": machines,
+        "states": dict(Counter(m["state"] for m in machines)),
+        "cost_usd": round(len(machines) * per_hour * elapsed_s / 3600.0, 4),
+        "dashboard": record.get("dashboard"),
+    }
 
 
 class Replacer:

@@ -183,8 +183,8 @@ class JobView:
         return {METADATA_KEY: {"job": self.job.id}}
 
     def _static_bundle(self) -> dict[str, Any]:
-        i = self._info
-        return {"text/html": self._static_value, "text/plain": f"nbburst job {i['name']} ({i['id']}): {i['state']}"}
+        """HTML only: text frontends show the widget's own text line, once."""
+        return {"text/html": self._static_value}
 
     def _bundle(self, text: str = "") -> dict[str, Any]:
         data = dict(self.widget._repr_mimebundle_() or {})
@@ -210,11 +210,9 @@ class JobView:
         with self._lock:
             self._pending.append(record)
 
-    def background(self, note: str = "") -> None:
+    def background(self) -> None:
         """The cell stopped waiting (interrupt): follow the job from the thread from now on."""
         self._set_mode("background")
-        if note:
-            self.note.value = note
         if self._thread is None or not self._thread.is_alive():
             self.start("background")
 
@@ -352,6 +350,8 @@ class JobView:
         else:
             cap = f" of {usd(i['budget']['usd'])}" if i.get("budget") else ""  # spend against --budget
             parts.append(f"{usd(cost)}{cap} · {usd(i.get('cost_per_hour_usd') or 0.0)}/h")
+        if i.get("workers"):
+            parts.append(workers_html(i["workers"], backends.is_remote(i.get("backend"))))
         value = " · ".join(parts)
         if value != self._last_status:
             self.status.value = self._last_status = value
@@ -572,6 +572,17 @@ _PHASES = {
     "PREEMPTED": "the machine was taken back; relaunching",
     "RUNNING": "running the cell, no output yet",
 }
+
+
+def workers_html(workers: dict[str, Any], priced: bool) -> str:
+    """``--workers``: how many worker machines are in which state, their cost, and the Dask dashboard's link."""
+    states = ", ".join(f"{n} {state.lower()}" for state, n in sorted(workers["states"].items()))
+    text = f"{workers['count']} workers ({html.escape(states)})"
+    if priced:
+        text += f" {usd(workers['cost_usd'])}"
+    if workers.get("dashboard"):
+        text += f" · <a href='{html.escape(workers['dashboard'])}' target='_blank'>Dask dashboard</a>"
+    return text
 
 
 def _inline_note(text: str) -> str:

@@ -327,23 +327,24 @@ class ComputeAPI:
         return self.call("reading the project", self.client("ProjectsClient").get, project=self.project, timeout=30)
 
     def quota_shortfall(
-        self, zone: str, machine: gce_types.MachineType, gpu: str | None, gpu_count: int, spot: bool
+        self, zone: str, machine: gce_types.MachineType, gpu: str | None, gpu_count: int, spot: bool, count: int = 1
     ) -> gce_quota.Shortfall | None:
-        """The first quota (the region of ``zone``'s, then the project's) without room for one more such VM."""
+        """The first quota (the region of ``zone``'s, then the project's) without room for ``count`` more such
+        VMs."""
         region = pricing.region_of(zone)
         regional = self.region(region, "reading quotas").quotas
-        found = gce_quota.shortfall(regional, [], region, machine, gpu, gpu_count, spot)
+        found = gce_quota.shortfall(regional, [], region, machine, gpu, gpu_count, spot, count)
         if found is None:  # the project-wide quotas only when the region has room: one request fewer
             project_wide = self.project_resource().quotas
-            found = gce_quota.shortfall(regional, project_wide, region, machine, gpu, gpu_count, spot)
+            found = gce_quota.shortfall(regional, project_wide, region, machine, gpu, gpu_count, spot, count)
         return found
 
     def quota_problem(
-        self, zone: str, machine: gce_types.MachineType, gpu: str | None, gpu_count: int, spot: bool
+        self, zone: str, machine: gce_types.MachineType, gpu: str | None, gpu_count: int, spot: bool, count: int = 1
     ) -> str | None:
-        """Why there is no room for one more such VM in the region of ``zone`` or in the project (naming the
-        quota and where to raise it), or None."""
-        found = self.quota_shortfall(zone, machine, gpu, gpu_count, spot)
+        """Why there is no room for ``count`` more such VMs in the region of ``zone`` or in the project (naming
+        the quota and where to raise it), or None."""
+        found = self.quota_shortfall(zone, machine, gpu, gpu_count, spot, count)
         return found.message(self.project, self.quota_link(found.metric)) if found else None
 
     # -- images -----------------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ... import config
-from ...errors import BurstError, UnsupportedOption, UsageError
+from ...errors import BurstError, UsageError
 from ...protocol import budget, dist, envcache, pricing, signing
 from ...protocol.job import JobLayout, JobSpec, Resources, split_job_url
 from ...protocol.metadata import metadata as _md
@@ -61,6 +61,7 @@ from ..base import (
     NoCapacity,
     Plan,
     machine_name,
+    worker_name,
 )
 from . import access as gce_access
 from . import api as gce_api
@@ -139,8 +140,14 @@ def workbench() -> dict[str, str] | None:
     return _workbench(os.environ.get("GCE_METADATA_HOST", ""))
 
 
+#: The network tag of a ``--workers`` job's VMs: Dask's traffic between them is admitted by a firewall rule
+#: from and to this tag only (README, "Scale out on Dask").
+DASK_TAG = "nbburst-dask"
+
+
 class GCEMachines(Machines):
     backend = "gce"
+    scale_out = True  # worker VMs (launch_worker)
     #: maxRunDuration = the job's time left + this margin (boot, install, the agent's own ending).
     run_margin_s = 600.0
     min_run_s = 30
@@ -342,11 +349,7 @@ class GCEMachines(Machines):
 
     # -- planning -----------------------------------------------------------------------------
     def plan(self, resources: Resources) -> Plan:
-        if resources.workers:
-            raise UnsupportedOption(
-                "--workers: scaling out over several VMs (Dask) is not available on the gce "
-                "backend yet; use --cores for a bigger VM"
-            )
+        self.check_workers(resources)
         self.check_store()
         zones = self.zones_for(resources)
         zone = zones[0]
@@ -361,7 +364,8 @@ class GCEMachines(Machines):
         spot = not resources.on_demand
         image, image_python, image_source = self.image_for(resources)
         self.check_python(image, image_python)
-        problem = self.api.quota_problem(zone, choice.machine, choice.gpu, choice.gpu_count, spot)
+        vms = 1 + (resources.workers or 0)  # --workers: the job's VM and its worker VMs, all alike
+        problem = self.api.quota_problem(zone, choice.machine, choice.gpu, choice.gpu_count, spot, count=vms)
         if problem:
             raise UsageError(problem)
         py = f"Python {image_python}" if image_python else "Python version not labelled; the agent checks it"
@@ -436,11 +440,20 @@ class GCEMachines(Machines):
         return gce_api.network_interface(zone, self.settings.network, self.settings.subnetwork)
 
     def instance_resource(
-        self, spec: JobSpec, job_url: str, key_secret: str, attempt: int, zone: str, plan: dict[str, Any], spot: bool
+        self,
+        spec: JobSpec,
+        job_url: str,
+        key_secret: str,
+        attempt: int,
+        zone: str,
+        plan: dict[str, Any],
+        spot: bool,
+        worker: int | None = None,
     ) -> Any:
+        """The job's VM, or its worker VM ``worker`` (``--workers``): the same machine, labels and limits."""
         from google.cloud import compute_v1
 
-        name = machine_name(spec.job_id)
+        name = machine_name(spec.job_id) if worker is None else worker_name(spec.job_id, worker)
         gpu, gpu_count = plan.get("gpu"), int(plan.get("gpu_count") or 0)
         attached = bool(gpu) and (plan.get("extra") or {}).get("gpu_attached", False)
         items = {
@@ -452,6 +465,8 @@ class GCEMachines(Machines):
         }
         if gpu:
             items["install-nvidia-driver"] = "True"
+        if worker is not None:
+            items["nbburst-worker"] = str(worker)  # its agent serves a Dask worker (agent/cluster.py)
         scheduling = compute_v1.Scheduling(
             provisioning_model="SPOT" if spot else "STANDARD",
             # a capped job's machine goes once its budget is spent: deleted, so its disk costs nothing more
@@ -476,6 +491,8 @@ class GCEMachines(Machines):
             scheduling=scheduling,
             service_accounts=self.service_accounts(),
         )
+        if spec.resources.workers:  # the firewall rule of README "Scale out" admits Dask's traffic between these
+            resource.tags = compute_v1.Tags(items=[DASK_TAG])
         if attached and gpu_count:
             resource.guest_accelerators = [
                 compute_v1.AcceleratorConfig(
@@ -540,8 +557,23 @@ class GCEMachines(Machines):
         """Zones a supervisor may move a job to when its zone has no capacity (``--zone auto``)."""
         return list((spec.plan.get("extra") or {}).get("zones") or [])
 
-    def launch(self, spec: JobSpec, job_url: str, key: bytes, attempt: int, *, skip_zones: tuple[str, ...] = ()) -> str:
-        name = machine_name(spec.job_id)
+    def launch_worker(self, spec: JobSpec, job_url: str, key: bytes, index: int, attempt: int) -> str:
+        """A worker VM of a ``--workers`` job; one left from before (stopped, preempted) is replaced."""
+        if self._get(worker_name(spec.job_id, index)) is not None:
+            self.delete(worker_name(spec.job_id, index), wait=True)
+        return self.launch(spec, job_url, key, attempt, worker=index)
+
+    def launch(
+        self,
+        spec: JobSpec,
+        job_url: str,
+        key: bytes,
+        attempt: int,
+        *,
+        skip_zones: tuple[str, ...] = (),
+        worker: int | None = None,
+    ) -> str:
+        name = machine_name(spec.job_id) if worker is None else worker_name(spec.job_id, worker)
         plan = spec.plan if spec.plan.get("image") else self.plan(spec.resources).to_dict()
         t0 = time.perf_counter()
         self._publish(spec, job_url, key)
@@ -555,7 +587,7 @@ class GCEMachines(Machines):
         t1 = time.perf_counter()
         for use_spot in [spot] + ([False] if fallback else []):
             for zone in zones:
-                resource = self.instance_resource(spec, job_url, key_secret, attempt, zone, plan, use_spot)
+                resource = self.instance_resource(spec, job_url, key_secret, attempt, zone, plan, use_spot, worker)
                 try:
                     self._create(zone, resource)
                 except NoCapacity:

@@ -38,6 +38,7 @@ class Shortfall:
     limit: float | None
     spot: bool
     spot_quota: bool  # a spot VM counted against PREEMPTIBLE_CPUS (else against the standard CPUS)
+    vms: int = 1  # how many such VMs (a --workers job's and its workers)
 
     def message(self, project: str, link: str) -> str:
         kind = "spot" if self.spot else "standard"
@@ -52,8 +53,9 @@ class Shortfall:
         if self.metric == PROJECT_GPUS and not self.limit:
             advice = f"The project can run no GPU at all until {PROJECT_GPUS} is raised (new projects have 0)"
         where = f"all regions of project {project}" if self.where == "all regions" else self.where
+        what = f"this {kind} VM" if self.vms == 1 else f"{self.vms} {kind} VMs (the job's and {self.vms - 1} workers)"
         return (
-            f"not enough quota for this {kind} VM in {where}: it needs {self.need:g} {self.metric}{note} but only "
+            f"not enough quota for {what} in {where}: it needs {self.need:g} {self.metric}{note} but only "
             f"{max(self.free, 0):g} of {self.limit:g} are free. {advice}, or request more quota: {link}"
         )
 
@@ -71,16 +73,18 @@ def shortfall(
     gpu: str | None,
     gpu_count: int,
     spot: bool,
+    count: int = 1,
 ) -> Shortfall | None:
-    """The first quota (of ``regional`` then ``project_wide``, the API's lists) without room for one more such
-    VM, or None."""
+    """The first quota (of ``regional`` then ``project_wide``, the API's lists) without room for ``count`` more
+    such VMs (a ``--workers N`` job needs N + 1), or None."""
     quotas = _listed(regional)
     pre = quotas.get("PREEMPTIBLE_CPUS")
     spot_quota = spot and pre is not None and pre[0] > 0
-    regional_needs: dict[str, float] = {"PREEMPTIBLE_CPUS" if spot_quota else "CPUS": machine.cpus}
+    cpus = machine.cpus * count
+    regional_needs: dict[str, float] = {"PREEMPTIBLE_CPUS" if spot_quota else "CPUS": cpus}
     if not spot_quota:
-        regional_needs[gce_types.family_quota_metric(machine.family)] = machine.cpus
-    gpus = (gpu_count or machine.gpu_count) if gpu else 0
+        regional_needs[gce_types.family_quota_metric(machine.family)] = cpus
+    gpus = ((gpu_count or machine.gpu_count) if gpu else 0) * count
     if gpu:
         metric = gce_types.gpu_quota_metric(gpu)
         preemptible = quotas.get("PREEMPTIBLE_" + metric)
@@ -90,23 +94,23 @@ def shortfall(
     for metric, need in regional_needs.items():
         if metric not in quotas:
             if metric.endswith("_GPUS") and metric not in UNLISTED_GPU_QUOTAS:
-                return Shortfall(metric, region, need, 0, None, spot, spot_quota)
+                return Shortfall(metric, region, need, 0, None, spot, spot_quota, count)
             continue  # no such quota here (a family without one of its own)
-        found = _check(metric, region, need, quotas[metric], spot, spot_quota)
+        found = _check(metric, region, need, quotas[metric], spot, spot_quota, count)
         if found:
             return found
     project_quotas = _listed(project_wide)
-    for metric, need in ((PROJECT_CPUS, machine.cpus), (PROJECT_GPUS, gpus)):
+    for metric, need in ((PROJECT_CPUS, cpus), (PROJECT_GPUS, gpus)):
         if need and metric in project_quotas:
-            found = _check(metric, "all regions", need, project_quotas[metric], spot, spot_quota)
+            found = _check(metric, "all regions", need, project_quotas[metric], spot, spot_quota, count)
             if found:
                 return found
     return None
 
 
 def _check(
-    metric: str, where: str, need: float, quota: tuple[float, float], spot: bool, spot_quota: bool
+    metric: str, where: str, need: float, quota: tuple[float, float], spot: bool, spot_quota: bool, vms: int
 ) -> Shortfall | None:
     limit, usage = quota
     free = limit - usage
-    return Shortfall(metric, where, need, free, limit, spot, spot_quota) if need > free else None
+    return Shortfall(metric, where, need, free, limit, spot, spot_quota, vms) if need > free else None

@@ -334,7 +334,9 @@ class Instance:
         sched = r["scheduling"]
         nics = {
             str(i): {
-                "ip": n["networkIP"],
+                # Instances are processes of this computer: the VPC is the loopback, where 10.128.a.b is
+                # 127.128.a.b (all of 127/8 is local on Linux), so instances reach each other's internal address.
+                "ip": "127." + n["networkIP"].split(".", 1)[1],
                 "network": f"projects/{number}/networks/default",
                 "mac": f"42:01:0a:80:00:{i + 2:02x}",
             }
