@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -19,7 +20,12 @@ def run_cells(cells: list[str], timeout: int = 240, cwd: str | Path | None = Non
 
 
 def run(nb: nbformat.NotebookNode, timeout: int = 240, cwd: str | Path | None = None) -> nbformat.NotebookNode:
-    resources = {"metadata": {"path": str(cwd)}} if cwd else {}
+    """Execute ``nb`` in a kernel working in ``cwd``, else in a fresh temporary folder: files a cell writes
+    (and files a burst cell brings back) never land in the repository."""
+    if cwd is None:
+        with tempfile.TemporaryDirectory(prefix="nbrun-") as folder:
+            return run(nb, timeout, folder)
+    resources = {"metadata": {"path": str(cwd)}}
     NotebookClient(nb, kernel_name="python3", timeout=timeout, allow_errors=True, resources=resources).execute()
     return nb
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from support import wait_until
+from support import LARGE_QUOTAS, wait_until
 
 from nbburst.client.burst import Burst, Job
 from nbburst.client.capture import capture
 from nbburst.errors import UsageError
-from nbburst.machines.base import machine_name
+from nbburst.machines.base import machine_name, worker_name
 from nbburst.machines.gce.machines import GCEMachines
 from nbburst.options import Options
 from nbburst.protocol import budget, pricing
@@ -67,6 +67,26 @@ def test_relaunches_get_what_is_left_and_none_once_it_is_spent():
     assert budget.run_seconds(local) is None and budget.stop_time(local, [], 0.0) is None  # free: nothing to cap
 
 
+def test_workers_share_the_budget_with_the_job_machine():
+    """``--workers 2``: three machines of the planned type spend the budget together, at launch and on the machine."""
+    plan = {"machine_type": "e2-standard-2", "cores": 2, "memory_gb": 8, "spot": True, "zone": "us-central1-a"}
+    plan["extra"] = {"pricing": pricing.for_plan(plan, "gce", prices=pricing.table(PRICES)).to_dict()}
+    spec = JobSpec("b20261124-000000-abcdef", "x", "gce", "cell", Resources(workers=2), 3600, 5, None, plan=plan)
+    spec.created, spec.budget_usd = 1000.0, 0.6  # $7.20 an hour a machine, three machines: 100 s of all three
+    assert budget.machines(spec) == 3 and budget.per_hour(spec) == pytest.approx(21.6)
+    assert budget.run_seconds(budget.for_launch(spec, [])) == 100  # each machine's maxRunDuration, workers' too
+    first = Status(1, State.PREEMPTED, heartbeat=1060.0, started=1010.0, launched=1000.0)  # 60 s of three machines
+    cost = pricing.job_cost(spec, [first], ended=1060.0)
+    assert cost["total"] == pytest.approx(0.36) and cost["machines"] == 3  # the workers' lifetimes are counted
+    assert budget.run_seconds(budget.for_launch(spec, [first])) == 40  # $0.24 left, shared by three
+    assert budget.stop_time(spec, [first], launched=2000.0) == pytest.approx(2000.0 + 36.0)
+    second = Status(2, State.PREEMPTED, heartbeat=2015.0, started=2005.0, launched=2000.0)
+    assert budget.exhausted(spec, [first, second]).startswith("reached its budget: $0.4500 spent of $0.6000")
+    with pytest.raises(UsageError, match=r"buys 10 s of the 3 planned machines"):
+        budget.check_plan(0.06, plan, "gce", 3)  # enough for one machine's boot, not for three
+    budget.check_plan(0.06, plan, "gce", 1)
+
+
 @pytest.mark.compute_emulator(operation_delay=0.02, preemption_grace=1.0)
 def test_a_budget_too_small_to_boot_is_refused_at_plan(gce_env, compute_emulator, tmp_path, monkeypatch):
     prices = tmp_path / "prices.json"
@@ -103,3 +123,27 @@ def test_a_budget_stops_a_job_on_compute_engine(gce_env, compute_emulator, tmp_p
     store = burst.store_for("gce")
     assert any("/state/" in k for k in store.list(job.layout.checkpoints))  # checkpoints kept: --resume continues
     assert compute_emulator.wait_for_status(machine_name(job.id), "DELETED", timeout=30) == "DELETED"
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02, preemption_grace=1.0, quotas=LARGE_QUOTAS)
+def test_a_budget_stops_a_job_and_its_workers(gce_env, compute_emulator, secretmanager_emulator, tmp_path, monkeypatch):
+    """``--workers 2 --budget``: three machines share the cap; every VM's maxRunDuration derives from it."""
+    pytest.importorskip("distributed")
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps(PRICES))
+    monkeypatch.setenv("NBBURST_PRICE_FILE", str(prices))
+    burst = Burst()
+    job = submit(burst, LOOP, backend="gce", machine_type="e2-standard-2", workers=2, budget="0.27")  # 45 s of three
+    inserts = [r for r in compute_emulator.request_log if r["method"] == "POST" and r["path"].endswith("/instances")]
+    assert len(inserts) == 3
+    for insert in inserts:  # the job's machine and both workers: what the budget buys all three at once
+        sched = insert["body"]["scheduling"]
+        assert sched["instanceTerminationAction"] == "DELETE" and 40 <= int(sched["maxRunDuration"]["seconds"]) <= 45
+    assert job.wait(timeout=120) == State.FAILED, (job.terminal(), job.logs())
+    reason = job.terminal().reason
+    assert "reached its budget" in reason and "of $0.2700" in reason, reason
+    info = job.info()
+    assert 0.27 * 0.8 <= info["budget"]["spent"] <= 0.27 + 1e-9 and info["cost"]["machines"] == 3
+    assert info["workers"]["cost_usd"] == pytest.approx(info["cost_usd"] * 2 / 3, abs=1e-3)
+    for name in [machine_name(job.id), worker_name(job.id, 0), worker_name(job.id, 1)]:
+        assert compute_emulator.wait_for_status(name, "DELETED", timeout=30) == "DELETED"

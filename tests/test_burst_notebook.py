@@ -168,7 +168,7 @@ def test_unpicklable_input_is_refused_before_launch(burst_env, setup, name, kind
         ("--image-family a --image b", "--image and --image-family exclude each other"),
         ("--out 1x", "--out: '1x' is not a Python variable name"),
         ("--name Bad_Name", "--name: 'Bad_Name' is not a valid job name"),
-        ("--workers 4", "--workers: scaling out"),
+        ("--workers 0", "--workers: must be at least 1"),
     ],
 )
 def test_bad_options_are_usage_errors_and_launch_nothing(burst_env, line, message):

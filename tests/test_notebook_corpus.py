@@ -54,6 +54,47 @@ VARIES: dict[str, dict[str, str]] = {
         ],
         "make_imbalance(iris...) and the samplers without a random_state: " + _UNSEEDED,
     ),
+    "statsmodels/distributed_estimation": dict.fromkeys(
+        ["namespace X", "namespace beta", "namespace y"], "np.random.normal(...) without a seed: " + _UNSEEDED
+    ),
+    "statsmodels/gee_nested_simulation": dict.fromkeys(
+        [
+            "cell 13 out",
+            "namespace df",
+            "namespace groups_re",
+            "namespace level1_re",
+            "namespace level2_re",
+            "namespace xmat",
+            "namespace y",
+        ],
+        "simulated data from np.random.normal(...) without a seed, and the fit on it: " + _UNSEEDED,
+    ),
+    "statsmodels/predict": dict.fromkeys(
+        [
+            "cell 4 stdout",
+            "cell 5 stdout",
+            "cell 6 stdout",
+            "cell 9 out",
+            "cell 10 out",
+            "namespace y",
+            "namespace ynewpred",
+            "namespace ypred",
+        ],
+        "y from np.random.normal(...) without a seed, and the fit on it: " + _UNSEEDED,
+    ),
+    "statsmodels/robust_models_0": dict.fromkeys(
+        [
+            "cell 8 stdout",
+            "cell 9 stdout",
+            "cell 11 stdout",
+            "cell 12 stdout",
+            "namespace iv_l",
+            "namespace iv_u",
+            "namespace y2",
+        ],
+        "y2 from np.random.normal(...) without a seed, and the fits on it: " + _UNSEEDED,
+    ),
+    "statsmodels/ets": {"namespace simulated": "fit.simulate(...) without a random_state: " + _UNSEEDED},
     "networkx/plot_expected_degree_sequence": dict.fromkeys(
         ["cell 1 stdout", "namespace dh", "namespace i"],
         "nx.expected_degree_graph(w) without a seed: " + _UNSEEDED,
@@ -68,16 +109,16 @@ SUBSET = [
     "imbalanced-learn/plot_illustration_generation_sample",
     "imbalanced-learn/plot_make_imbalance",
     "imbalanced-learn/plot_pipeline_classification",
-    "imbalanced-learn/plot_illustration_tomek_links",
+    "imbalanced-learn/plot_multi_class_under_sampling",
     "networkx/plot_blockmodel",
     "networkx/plot_karate_club",
     "networkx/plot_degree",
     "networkx/plot_center_node",
     "networkx/plot_knuth_miles",
     "statsmodels/glm_formula",
-    "statsmodels/copula",
+    "statsmodels/lowess",
     "statsmodels/wls",
-    "statsmodels/chi2_fitting",
+    "statsmodels/distributed_estimation",
     "statsmodels/tsa_dates",
 ]
 

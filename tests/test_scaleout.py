@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from pathlib import Path
 
 import pytest
+from cryptography.exceptions import InvalidTag
 from support import LARGE_QUOTAS, machines_gone, wait_until
 
 from nbburst.client.burst import Burst, Job
 from nbburst.client.capture import capture
 from nbburst.errors import UnsupportedOption, UsageError
 from nbburst.machines.base import RUNNING, machine_name, worker_name
-from nbburst.protocol import processes
+from nbburst.protocol import cluster, processes
 from nbburst.protocol.job import State, worker_id
 from nbburst.ui.view import workers_html
 
@@ -81,6 +84,21 @@ def test_joblib_spreads_over_two_worker_machines(burst_env):
     nothing_left(job)
 
 
+def test_the_cluster_record_holds_the_worker_key_encrypted_and_workers_still_join(burst_env):
+    job = submit(Burst(), WHERE, workers=1)
+    assert job.wait(timeout=120) == State.SUCCEEDED, (job.terminal(), job.logs())
+    assert job.outcome().values["workers"] == 1  # the worker opened the key and joined
+    (key,) = job.folder.store.list(job.folder.layout.cluster_prefix)
+    raw = job.folder.store.get(key)
+    assert b"PRIVATE KEY" not in raw and b"key_sealed" in raw
+    sealed = cluster.latest(job.folder)["tls"]
+    opened = cluster.open_tls(sealed, job.key(), job.id, 1)
+    assert opened["key"].startswith("-----BEGIN PRIVATE KEY-----")
+    with pytest.raises(InvalidTag):  # bound to its attempt (and job): a record's key opens nowhere else
+        cluster.open_tls(sealed, job.key(), job.id, 2)
+    nothing_left(job)
+
+
 def test_grid_search_best_params_equal_local(burst_env):
     ns: dict = {}
     exec(SEARCH, ns)
@@ -123,6 +141,22 @@ def test_a_preempted_job_machine_is_relaunched_and_its_workers_join_the_new_sche
     assert job.state == State.SUCCEEDED, (job.terminal(), job.logs())
     assert job.attempt == 2 and job.outcome().values["squares"] == [i * i for i in range(40)]
     assert "(attempt 2)" in job.machines.console(worker)  # the same worker machine, now serving attempt 2
+    nothing_left(job)
+
+
+def test_gc_removes_a_worker_machine_left_behind(burst_env, capsys):
+    from nbburst.ui import cli
+
+    burst = Burst()
+    job = submit(burst, "x = 1", workers=1)
+    assert job.wait(timeout=120) == State.SUCCEEDED, (job.terminal(), job.logs())
+    nothing_left(job)
+    left = job.machines.launch_worker(job.spec, job.url, job.key(), 0, 2)  # as a lost client would leave it
+    pid = int(job.machines.describe(left).detail.split()[-1])
+    os.killpg(pid, signal.SIGSTOP)  # a worker that cannot end itself (it would on seeing the verdict)
+    assert [m.name for m in job.machines.list(job.id)] == [left]
+    assert cli.main(["gc"]) == cli.EXIT_OK
+    assert f"deleted machine {left} (local): its job ended (SUCCEEDED)" in capsys.readouterr().out
     nothing_left(job)
 
 

@@ -9,7 +9,9 @@ cleanup around every test of the suite. The tests are synchronous and drive
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -317,3 +319,58 @@ def test_hosted_supervisor_leaves_jobs_it_cannot_resume(store_env):
     supervisor.stop()  # hands the job's lease back: another supervisor may take over at once
     _number, lease = Lease(job).current()
     assert lease["expires"] == 0.0
+
+
+class _Dashboard(http.server.BaseHTTPRequestHandler):
+    """A stand-in for a Dask dashboard: answers every GET with its path."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.path == "/":
+            self.send_response(302)
+            self.send_header("Location", "/status")
+            self.end_headers()
+            return
+        body = f"dashboard page {self.path}".encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_dask_dashboard_is_proxied_from_the_verified_cluster_record(api, store_env):
+    burst = Burst()
+    job = burst.submit(print, "hello")
+    assert job.wait(30).value == "SUCCEEDED"
+
+    def fetch(*path: str, **params: str):
+        return api.loop.run_until_complete(
+            api.fetch("nbburst", "dask", job.id, *path, params=params, raise_error=False, follow_redirects=False)
+        )
+
+    answer = fetch("status")
+    assert answer.code == 404 and "no Dask dashboard" in json.loads(answer.body)["message"]
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Dashboard)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        record = {"attempt": 1, "address": "tls://127.0.0.1:1", "dashboard": f"http://127.0.0.1:{port}/status"}
+        job.folder.put_record(job.layout.cluster(1), json.dumps(record).encode())
+        answer = fetch("status", x="1")
+        assert answer.code == 200 and answer.body == b"dashboard page /status?x=1"
+        answer = fetch()
+        assert answer.code == 302 and answer.headers["Location"].endswith(f"/nbburst/dask/{job.id}/status")
+    finally:
+        server.shutdown()
+        server.server_close()
+    # the server cannot reach it (here: nothing listens any more): the browser gets the direct address
+    assert fetch("status").code == 302 and fetch("status").headers["Location"] == f"http://127.0.0.1:{port}/status"
+
+    forged = {"attempt": 2, "dashboard": "http://127.0.0.1:9/status"}  # not sealed by the job: never followed
+    job.store.put(job.layout.cluster(2), json.dumps(forged).encode())
+    answer = fetch("status")
+    assert answer.code == 403 and "Location" not in answer.headers, answer.body

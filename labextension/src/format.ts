@@ -46,7 +46,20 @@ export interface IJobInfo {
   progress: IProgressInfo | null;
   /** Spend against `--budget`, when the job has one. */
   budget?: IBudgetInfo | null;
+  /** A `--workers` job's worker machines. */
+  workers?: IWorkersInfo | null;
   message: string;
+}
+
+/** A `--workers` job's worker machines (`Job.info()["workers"]`). */
+export interface IWorkersInfo {
+  count: number;
+  /** How many workers are in each machine state. */
+  states: { [state: string]: number };
+  /** Their share of the job's cost. */
+  cost_usd: number;
+  /** The Dask dashboard's direct address, once the scheduler runs. */
+  dashboard: string | null;
 }
 
 /** A job's dollar cap and what its machines have cost so far (`Job.info()["budget"]`). */
@@ -150,6 +163,35 @@ export function formatCost(usd: number | null | undefined): string {
 export function formatSpend(job: IJobInfo): string {
   const cost = formatCost(job.cost_usd);
   return job.budget ? `${cost} of ${formatCost(job.budget.usd)}` : cost;
+}
+
+/** A job's workers: `2 workers: 1 RUNNING, 1 PROVISIONING ($0.02)`; '' without workers. */
+export function workersSummary(workers: IWorkersInfo | null | undefined): string {
+  if (!workers || !workers.count) {
+    return '';
+  }
+  const states = Object.entries(workers.states)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([state, n]) => `${n} ${state}`)
+    .join(', ');
+  const noun = workers.count === 1 ? 'worker' : 'workers';
+  return `${workers.count} ${noun}: ${states} (${formatCost(workers.cost_usd)})`;
+}
+
+/**
+ * The path (under the server's base URL) of a job's Dask dashboard page, through
+ * the server's proxy, which redirects to the direct address when it cannot reach
+ * it; null while the job has no dashboard.
+ */
+export function dashboardPath(
+  jobId: string,
+  workers: IWorkersInfo | null | undefined
+): string | null {
+  if (!workers?.dashboard) {
+    return null;
+  }
+  const page = workers.dashboard.replace(/^https?:\/\/[^/]*\/?/, '');
+  return `nbburst/dask/${encodeURIComponent(jobId)}/${page}`;
 }
 
 /** An hourly rate: `$1.23/h`. */

@@ -1,4 +1,5 @@
 import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { URLExt } from '@jupyterlab/coreutils';
 import { caretLeftIcon } from '@jupyterlab/ui-components';
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
@@ -8,6 +9,7 @@ import { BurstApi, errorMessage } from './api';
 import { h, setAttr, setHidden, setText } from './dom';
 import {
   cleanLog,
+  dashboardPath,
   formatSpend,
   formatElapsed,
   formatRate,
@@ -19,7 +21,8 @@ import {
   progressFraction,
   progressSummary,
   stateClass,
-  stateLabel
+  stateLabel,
+  workersSummary
 } from './format';
 import { LIST_INTERVAL, MAX_INTERVAL } from './model';
 
@@ -114,6 +117,7 @@ export class JobDetailView extends Widget {
         { className: 'nbburst-detail-header' },
         h('div', { className: 'nbburst-detail-title' }, this._name, this._badge),
         this._fields,
+        this._dashboard,
         this._progress,
         this._message,
         this._error
@@ -450,7 +454,18 @@ export class JobDetailView extends Widget {
     if (progress) {
       rows.push(['Progress', progress]);
     }
+    const workers = workersSummary(job.workers);
+    if (workers) {
+      rows.push(['Workers', workers]);
+    }
     this._renderFields(rows);
+    const dashboard = dashboardPath(job.id, job.workers);
+    setHidden(this._dashboard, dashboard === null || terminal);
+    setAttr(
+      this._dashboard,
+      'href',
+      dashboard === null ? null : URLExt.join(this.api.serverSettings.baseUrl, dashboard)
+    );
 
     const fraction = terminal ? null : progressFraction(job.progress);
     setHidden(this._progress, fraction === null);
@@ -560,6 +575,17 @@ export class JobDetailView extends Widget {
   private _attempts: number[] = [];
   private _attemptsKey = '';
   private _fieldsKey = '';
+  private _dashboard = h(
+    'a',
+    {
+      className: 'nbburst-dashboard-link',
+      target: '_blank',
+      rel: 'noopener noreferrer',
+      title: "The Dask dashboard of the job's workers",
+      hidden: true
+    },
+    'Dask dashboard'
+  );
   private _logAttempt: number | null = null;
   private _logOffset = 0;
   private _logComplete = false;

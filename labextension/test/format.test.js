@@ -123,3 +123,16 @@ test('formatSpend shows the cost against the budget when the job has one', () =>
     '$0.03 of $2.50'
   );
 });
+
+test('workersSummary counts the workers by state, with their share of the cost', () => {
+  assert.equal(f.workersSummary(null), '');
+  const workers = {
+    count: 2,
+    states: { RUNNING: 1, PROVISIONING: 1 },
+    cost_usd: 0.021,
+    dashboard: 'http://10.0.0.2:8787/status'
+  };
+  assert.equal(f.workersSummary(workers), '2 workers: 1 PROVISIONING, 1 RUNNING ($0.02)');
+  assert.equal(f.dashboardPath('j 1', workers), 'nbburst/dask/j%201/status');
+  assert.equal(f.dashboardPath('j1', { ...workers, dashboard: null }), null);
+});

@@ -15,10 +15,11 @@ our own. Three parts, one per process:
   scheduler, joins the next attempt's after a preemption of the job's machine,
   and ends when the job has.
 
-Connections are mutually authenticated TLS with a certificate made for the job
-(``Security.temporary``): only a holder of the job's cluster record joins. A
-worker that is lost is the supervisor's to replace (client/workers.py); Dask
-reschedules what it was running.
+Connections are mutually authenticated TLS with a certificate made for the
+attempt (``Security.temporary``), handed to the workers in the cluster record
+with its private key encrypted under the job key (protocol/cluster.py): only a
+holder of the job key can join, not every reader of the bucket. A worker that is lost is the supervisor's to replace
+(client/workers.py); Dask reschedules what it was running.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..protocol.cluster import latest as latest_cluster
+from ..protocol.cluster import open_tls, seal_tls
 from ..protocol.folder import JobFolder
 from ..protocol.job import ENV_SCHEDULER, JobSpec
 from ..protocol.metadata import metadata, on_gce
@@ -43,6 +45,8 @@ from . import spawn
 ALL_WORKERS_S = 60.0
 #: How often a worker machine asks the Store whether the job has ended or moved to a new scheduler.
 WORKER_POLL_S = 1.0
+#: How long a worker machine tries to join a scheduler before it reads the cluster record again.
+JOIN_S = 15
 #: A worker the scheduler has not heard from for this long is lost (a preempted VM sends no goodbye).
 WORKER_TTL = "30s"
 _SCHEDULER_START_S = 60.0
@@ -93,7 +97,8 @@ def start_scheduler(folder: JobFolder, spec: JobSpec, attempt: int, tag: str) ->
             pass
         raise RuntimeError("the Dask scheduler did not start (is `distributed` installed? pip install nbburst[dask])")
     tls = started.pop("tls")
-    record = {"attempt": attempt, "workers": spec.resources.workers, **started, "tls": tls["worker"]}
+    worker_tls = seal_tls(tls["worker"], folder.key, spec.job_id, attempt)
+    record = {"attempt": attempt, "workers": spec.resources.workers, **started, "tls": worker_tls}
     folder.put_record(folder.layout.cluster(attempt), json.dumps(record).encode())
     os.environ[ENV_SCHEDULER] = json.dumps({k: record[k] for k in ("address", "workers")} | {"tls": tls["client"]})
     return Scheduler(pid, started["address"])
@@ -205,12 +210,13 @@ def serve_worker(folder: JobFolder, spec: JobSpec, machine: str) -> int:
         if record is None or record["attempt"] == served:
             time.sleep(WORKER_POLL_S)
             continue
-        served = record["attempt"]
-        print(f"nbburst worker {machine}: joining {record['address']} (attempt {served})", flush=True)
+        print(f"nbburst worker {machine}: joining {record['address']} (attempt {record['attempt']})", flush=True)
         try:
             asyncio.run(_serve_worker(folder, record, cores, workdir, machine))
-        except Exception as exc:  # the scheduler went before we joined: the next record, or the job's end
+            served = record["attempt"]  # until its scheduler went: the next attempt's, or the job's end
+        except Exception as exc:  # not joined (its scheduler went meanwhile?): again, or the next attempt's
             print(f"nbburst worker {machine}: {type(exc).__name__}: {exc}", flush=True)
+            time.sleep(WORKER_POLL_S)
     print(f"nbburst worker {machine}: the job has ended", flush=True)
     return 0
 
@@ -242,8 +248,8 @@ async def _serve_worker(folder: JobFolder, record: dict[str, Any], cores: int, w
         name=f"{machine}-{os.getpid()}",
         host=host_address(),
         local_directory=workdir,
-        security=_security("worker", record["tls"]),
-        death_timeout=60,
+        security=_security("worker", open_tls(record["tls"], folder.key, folder.job_id, record["attempt"])),
+        death_timeout=JOIN_S,
     ) as worker:
         while worker.status in (Status.running, Status.paused):
             if await loop.run_in_executor(None, moved_on):

@@ -46,7 +46,7 @@ from . import blobcache, spawn
 
 #: The session's secret, handed to the parent in its environment (removed from it at once).
 ENV_TOKEN = "NBBURST_SESSION_TOKEN"
-#: How long the parent waits for a request's one line.
+#: How long the parent waits for a request's one line on the control socket.
 REQUEST_SECONDS = 5.0
 #: How long a running cell may take to end after the hard limit before it is killed.
 LIMIT_GRACE_SECONDS = 10.0
@@ -75,14 +75,15 @@ INSTEAD = {"matplotlib": ("matplotlib", "matplotlib.figure", "matplotlib.axes", 
 
 
 def _take_cell(cells: socket.socket, token: str) -> tuple[socket.socket, dict[str, Any]]:
-    """In the spare controller: wait for the next cell's request (the session's token, a job)."""
+    """In the spare controller: wait for the next cell's request (the session's token, a job). The client
+    connects before it writes the job (to check that the session is up) and sends the request once the job
+    is in the Store, which takes as long as its inputs' upload: no time limit here; a client that goes away
+    closes the connection."""
     while True:
         conn, _ = cells.accept()
         try:
-            conn.settimeout(REQUEST_SECONDS)
             request = json.loads(conn.makefile("rb").readline() or b"{}")
             if hmac.compare_digest(str(request.pop("token", "")), token) and request.get("job"):
-                conn.settimeout(None)
                 return conn, request
         except (OSError, ValueError) as exc:
             print(f"nbburst session: a request failed: {exc}", file=sys.stderr)

@@ -136,7 +136,8 @@ class Burst:
         plan = machines.plan(options.resources)  # refuses what the backend cannot do, before anything else
         machines.check_environment(code, modules.values())  # and a package the cell needs that it cannot install
         pricing.price_plan(plan, options.backend, self.settings)
-        budget.check_plan(options.budget_usd, plan, options.backend)  # one that cannot boot the machine: refused
+        count = 1 + (options.resources.workers or 0)  # the job's machine and its workers
+        budget.check_plan(options.budget_usd, plan, options.backend, count)  # too small to boot them: refused
         store = self.store_for(options.backend)
         source = self._resume_source(store, options.resume)
         if source is not None:
@@ -792,7 +793,9 @@ class Job:
             "resumed_from": self.spec.resumed_from or None,
             "message": (terminal.reason if terminal else status.message if status else ""),
             # --workers: their count, states, cost and the Dask dashboard (client/workers.py)
-            "workers": workers.summary(self, elapsed, not state.terminal) if self.spec.resources.workers else None,
+            "workers": workers.summary(self, cost["total"], not state.terminal)
+            if self.spec.resources.workers
+            else None,
         }
 
 

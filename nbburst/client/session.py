@@ -108,6 +108,7 @@ class Session:
     def __init__(self, sessions: Sessions, record: SessionRecord):
         self.sessions, self.record = sessions, record
         self.revived = False  # its machine had ended and was started again for this cell
+        self.pending: socket.socket | None = None  # a connection to its cells' socket, made to check it is up
 
     @property
     def name(self) -> str:
@@ -139,7 +140,7 @@ class Session:
 
     def launch(self, job: Job, attempt: int) -> None:
         """Hand the claimed ``attempt`` of ``job`` to the warm parent; ``job.wait`` then wakes on its news."""
-        conn = self.connect()
+        conn, self.pending = self.pending or self.connect(), None
         request = {"token": self.record.token, "job": job.url, "key": job.key().hex(), "attempt": attempt}
         conn.sendall(json.dumps(request).encode() + b"\n")
         job.wake = Wakeup(conn)
@@ -327,7 +328,7 @@ class Sessions:
         session = self.get(name)
         record = session.record
         try:
-            session.connect(record.control).close()
+            session.pending = session.connect()  # up; the cell goes down this connection (Session.launch)
             return session
         except OSError:
             pass
@@ -342,13 +343,16 @@ class Sessions:
         session.revived = True
         return session
 
+    def _serves(self, name: str, backend: str) -> bool:
+        record = self._load(name)
+        return record is not None and record.backend == backend
+
     def for_cell(self, options: Options) -> Session | None:
-        """The session a cell runs on (``--session``, else the default one), its machine up; ``options`` are
-        fitted to it: its backend and cores, a time limit within the session's."""
-        name = options.session or self.default
-        if name is None:
-            return None
-        session = self.ready(name)
+        """The session a cell runs on (``--session``, else the default one if the cell runs on its backend),
+        its machine up; ``options`` are fitted to it: its backend and cores, a time limit within the session's."""
+        if options.session is None and (self.default is None or not self._serves(self.default, options.backend)):
+            return None  # no default session, or one on another backend than the cell's
+        session = self.ready(options.session or self.default)
         asked = options.resources.cores
         if asked is not None and asked > session.record.cores:
             raise UsageError(

@@ -8,17 +8,20 @@ preemption of the job's machine: they join the next attempt's scheduler. A
 worker machine that is lost (preempted, killed) is launched again by the
 supervisor, under the job's lease so two supervisors never both do it; Dask
 reschedules what it was running. Each worker is launched at most
-``--max-restarts`` more times.
+``--max-restarts`` more times, and with ``--budget`` for no longer than what
+is left buys all the job's machines (protocol/budget.py), and not at all once
+it cannot pay for a boot.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from ..machines.base import GONE, STOPPED, MachineInfo, worker_name
-from ..protocol import cluster
+from ..machines.base import GONE, STOPPED, MachineInfo, NoCapacity, worker_name
+from ..protocol import budget, cluster
 from ..protocol.job import DESCRIBE_SECONDS, JobSpec
 
 if TYPE_CHECKING:
@@ -31,9 +34,13 @@ def names(spec: JobSpec) -> list[str]:
 
 
 def launch_all(job: Job) -> None:
-    """Start every worker machine of a job being launched."""
+    """Start every worker machine of a job being launched; one that finds no capacity now is left to the
+    supervisor, which launches lost workers again (the cell starts with those that joined)."""
     for index in range(job.spec.resources.workers or 0):
-        job.machines.launch_worker(job.spec, job.url, job.key(), index, 1)
+        try:
+            job.machines.launch_worker(budget.for_launch(job.spec, job.statuses()), job.url, job.key(), index, 1)
+        except NoCapacity as exc:
+            print(f"nbburst: job {job.id}: worker {index} not started yet: {exc}", file=sys.stderr)
 
 
 def end_all(job: Job) -> None:
@@ -54,19 +61,18 @@ def states(job: Job) -> list[dict[str, Any]]:
     return [{"name": name, "state": found[name].state if name in found else GONE} for name in names(job.spec)]
 
 
-def summary(job: Job, elapsed_s: float, live: bool) -> dict[str, Any]:
+def summary(job: Job, cost_usd: float, live: bool) -> dict[str, Any]:
     """The workers for the job's view and the sidebar: count, each machine's state (asked of the backend only
-    while the job is ``live``), their cost so far (their count at the job's price for ``elapsed_s``, an
-    estimate: each runs about as long as the job) and the Dask dashboard's address, when there is one."""
+    while the job is ``live``), their share of the job's cost ``cost_usd`` (which counts every machine of
+    the job, :func:`~nbburst.protocol.pricing.job_cost`) and the Dask dashboard's address, when there is one."""
     spec = job.spec
     machines = states(job) if live else [{"name": name, "state": GONE} for name in names(spec)]
     record = cluster.latest(job.folder) or {}
-    per_hour = float((spec.plan or {}).get("price_per_hour") or 0.0)
     return {
         "count": len(machines),
         "machines": machines,
         "states": dict(Counter(m["state"] for m in machines)),
-        "cost_usd": round(len(machines) * per_hour * elapsed_s / 3600.0, 4),
+        "cost_usd": round(cost_usd * len(machines) / (len(machines) + 1), 4),
         "dashboard": record.get("dashboard"),
     }
 
@@ -81,7 +87,7 @@ class Replacer:
 
     def lost(self) -> list[int]:
         """Indexes of worker machines that are stopped or gone, asked of the backend now and then."""
-        if not self.launches or time.monotonic() - self.checked < DESCRIBE_SECONDS:
+        if not self.launches or time.monotonic() - self.checked < DESCRIBE_SECONDS or self.job.budget_spent():
             return []
         self.checked = time.monotonic()
         found = listed(self.job)
@@ -95,6 +101,7 @@ class Replacer:
     def replace(self, indexes: list[int]) -> None:
         """Launch the worker machines ``indexes`` again (the caller holds the job's lease)."""
         job = self.job
+        spec = budget.for_launch(job.spec, job.statuses())  # what is left, shared by all the job's machines
         for index in indexes:
             self.launches[index] += 1
-            job.machines.launch_worker(job.spec, job.url, job.key(), index, self.launches[index])
+            job.machines.launch_worker(spec, job.url, job.key(), index, self.launches[index])

@@ -1,5 +1,9 @@
 """A job's dollar cap (``--budget``): what its machines may cost in all, relaunches included.
 
+A ``--workers N`` job has N+1 machines of the planned type (its own and its
+workers, launched with it and ended with it): each figure below is for all of
+them, so what the budget left is shared by the N+1 machines.
+
 The cap is enforced in three places that share these figures, so that it holds
 whoever is left standing:
 
@@ -8,13 +12,15 @@ whoever is left standing:
 * at every launch, the machine's run time is capped at what the budget left
   buys at its price (on Compute Engine: ``scheduling.maxRunDuration`` with
   ``instanceTerminationAction=DELETE``, so Google's side ends it even when
-  nobody watches), and a supervisor does not relaunch a job whose budget is spent;
+  nobody watches), and a supervisor relaunches neither a job nor a worker
+  machine whose budget is spent;
 * on the machine, the agent stops the cell a moment before the cap, so the job
   ends with a clear reason and its checkpoints in the Store (``--resume``
   continues it with more budget).
 
-Spend is the machine time of every attempt at the price recorded in the plan
-(:func:`.pricing.job_cost`): what the job view and ``nbburst jobs`` show.
+Spend is the machine time of every attempt at the price recorded in the plan,
+times the job's machines (:func:`.pricing.job_cost`): what the job view, the
+sidebar and ``nbburst jobs`` show.
 """
 
 from __future__ import annotations
@@ -47,9 +53,14 @@ def parse_budget(value: str | float | None) -> float | None:
     return amount
 
 
+def machines(spec: Any) -> int:
+    """How many machines the job runs at once: its own and its ``--workers``."""
+    return pricing.machine_count(spec)
+
+
 def per_hour(spec: Any) -> float:
-    """The job's machine price per hour, as planned (0 on the free local backend)."""
-    return pricing.breakdown_of(spec.plan, spec.backend).total
+    """What the job's machines (its own and its workers) cost an hour, as planned (0 on the free local backend)."""
+    return pricing.breakdown_of(spec.plan, spec.backend).total * machines(spec)
 
 
 def seconds_for(amount: float, hourly: float) -> float:
@@ -57,15 +68,17 @@ def seconds_for(amount: float, hourly: float) -> float:
     return math.inf if hourly <= 0 else max(0.0, amount) / hourly * 3600.0
 
 
-def check_plan(budget_usd: float | None, plan: Any, backend: str) -> None:
-    """Refuse a budget too small to boot the planned machine (``plan``: a Plan or its dict), naming the least."""
+def check_plan(budget_usd: float | None, plan: Any, backend: str, count: int = 1) -> None:
+    """Refuse a budget too small to boot the ``count`` planned machines (``plan``: a Plan or its dict; ``count``:
+    the job's own and its workers), naming the least."""
     if budget_usd is None:
         return
-    hourly = pricing.breakdown_of(plan if isinstance(plan, dict) else plan.to_dict(), backend).total
+    hourly = pricing.breakdown_of(plan if isinstance(plan, dict) else plan.to_dict(), backend).total * count
     if seconds_for(budget_usd, hourly) < MIN_RUN_SECONDS:
         least = hourly * MIN_RUN_SECONDS / 3600.0
+        what = "the planned machine" if count == 1 else f"the {count} planned machines"
         raise UsageError(
-            f"--budget {pricing.usd(budget_usd)} buys {seconds_for(budget_usd, hourly):.0f} s of the planned machine "
+            f"--budget {pricing.usd(budget_usd)} buys {seconds_for(budget_usd, hourly):.0f} s of {what} "
             f"at {pricing.usd(hourly)}/h, less than the {MIN_RUN_SECONDS} s a machine needs to boot; "
             f"give at least {pricing.usd(least)}"
         )
@@ -106,11 +119,12 @@ def for_launch(spec: Any, statuses: list[Any]) -> Any:
 
 
 def run_seconds(spec: Any) -> int | None:
-    """The longest a machine launched with ``spec`` (see :func:`for_launch`) may run; None: no cap, or free."""
+    """The longest a machine launched with ``spec`` (see :func:`for_launch`) may run, the job's own or a worker:
+    what is left bought for all the job's machines at once; None: no cap, or free."""
     if spec.budget_usd is None:
         return None
     allowance = seconds_for(spec.budget_usd, per_hour(spec))
-    return None if math.isinf(allowance) else max(1, int(allowance))
+    return None if math.isinf(allowance) else max(1, int(round(allowance, 3)))  # whole seconds, float noise aside
 
 
 def stop_after(allowance_s: float) -> float:

@@ -442,7 +442,15 @@ def machine_seconds(created: float, statuses: list[Any], ended: float | None = N
     return total
 
 
+def machine_count(spec: Any) -> int:
+    """The machines a job runs at once: its own and its ``--workers`` (same type, launched and ended with it)."""
+    resources = getattr(spec, "resources", None)
+    return 1 + int(getattr(resources, "workers", 0) or 0)
+
+
 def job_cost(spec: Any, statuses: list[Any], ended: float | None = None, now: float | None = None) -> dict[str, Any]:
-    """:func:`cost` of a job (a :class:`~nbburst.protocol.job.JobSpec`) so far, or in total once ``ended``."""
+    """:func:`cost` of a job (a :class:`~nbburst.protocol.job.JobSpec`) so far, or in total once ``ended``: the
+    machine time of its attempts, times its machines (a worker machine lives as long as the job's)."""
     breakdown = breakdown_of(spec.plan, spec.backend)
-    return cost(breakdown, machine_seconds(spec.created, statuses, ended, now))
+    count = machine_count(spec)
+    return cost(breakdown, machine_seconds(spec.created, statuses, ended, now) * count) | {"machines": count}

@@ -1,4 +1,7 @@
-"""REST handlers under ``/nbburst/api/``: jobs, one job, its logs, cancel, configuration.
+"""REST handlers under ``/nbburst/api/``: jobs, one job, its logs, cancel, configuration; and under
+``/nbburst/dask/<job>/`` a thin proxy of a ``--workers`` job's Dask dashboard (GET only, and only to the
+address the job's verified cluster record names), so that the sidebar's link works where the browser cannot
+reach the scheduler's machine; when the server cannot reach it either, it redirects to the direct address.
 
 Every handler requires an authenticated (and authorized) user. Store calls
 block, so they run in the extension's thread pool and the server stays
@@ -15,7 +18,7 @@ from typing import Any
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
-from tornado import web
+from tornado import httpclient, web
 from tornado.ioloop import IOLoop
 
 from ..errors import BurstError, JobNotFound, UsageError
@@ -23,6 +26,9 @@ from ..protocol.signing import SignatureError
 from .manager import JobsManager
 
 API = "nbburst/api"
+DASK = "nbburst/dask"
+#: How long the proxy waits for the Dask dashboard.
+DASHBOARD_TIMEOUT_S = 10.0
 SETTINGS_KEY = "nbburst"
 
 
@@ -131,9 +137,41 @@ class ConfigHandler(BurstHandler):
         self.reply({"values": await self.run(self.manager.config_values)})
 
 
+class DashboardHandler(BurstHandler):
+    """GET ``/nbburst/dask/<job>/<path>``: the job's Dask dashboard page ``<path>``, fetched by the server."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, ref: str, path: str) -> None:
+        base = await self.run(self.manager.dashboard, ref)
+        if base is None:
+            raise ApiError(404, f"job {ref} has no Dask dashboard")
+        query = self.request.query
+        target = f"{base}/{path}" + (f"?{query}" if query else "")
+        try:
+            answer = await httpclient.AsyncHTTPClient().fetch(
+                target, follow_redirects=False, raise_error=False, request_timeout=DASHBOARD_TIMEOUT_S
+            )
+        except OSError:  # the scheduler's machine is not reachable from here: the browser may reach it
+            self.redirect(target)
+            return
+        if answer.code == 599:  # tornado's "no answer" (timeout, refused)
+            self.redirect(target)
+            return
+        self.set_status(answer.code)
+        for name in ("Content-Type", "Cache-Control"):
+            if name in answer.headers:
+                self.set_header(name, answer.headers[name])
+        location = answer.headers.get("Location", "")
+        if location.startswith("/"):  # the dashboard's own redirect (/ -> /status): kept behind the proxy
+            self.set_header("Location", url_path_join(self.base_url, DASK, ref, location))
+        self.finish(answer.body or b"")
+
+
 def handlers(base_url: str) -> list[tuple[str, type[BurstHandler]]]:
     root = url_path_join(base_url, API)
     return [
+        (url_path_join(base_url, DASK, r"(?P<ref>[^/]+)") + r"/?(?P<path>.*)", DashboardHandler),
         (url_path_join(root, "jobs") + "/?", JobsHandler),
         (url_path_join(root, "jobs", r"(?P<ref>[^/]+)", "logs") + "/?", LogsHandler),
         (url_path_join(root, "jobs", r"(?P<ref>[^/]+)") + "/?", JobHandler),

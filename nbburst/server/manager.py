@@ -12,10 +12,12 @@ import logging
 import threading
 from collections import OrderedDict
 from typing import Any
+from urllib.parse import urlsplit
 
 from .. import config
 from ..client.burst import Burst, Job
 from ..errors import JobNotFound, UsageError
+from ..protocol import cluster
 from ..protocol.folder import JobFolder
 from ..protocol.job import TERMINAL, record_text
 from ..store import NotFound
@@ -111,6 +113,13 @@ class JobsManager:
         if rows and _final(info):
             rows[-1]["state"] = info["state"]  # the verdict, even if it was committed after we looked
         return {**info, "attempts": rows}
+
+    def dashboard(self, ref: str) -> str | None:
+        """Where a ``--workers`` job's Dask dashboard listens (``http://host:port``), as its verified cluster
+        record says; None when it has none (no workers, no scheduler yet, or no dashboard)."""
+        record = cluster.latest(self.job(ref).folder) or {}
+        url = urlsplit(record.get("dashboard") or "")
+        return f"http://{url.netloc}" if url.scheme == "http" and url.netloc else None
 
     def cancel(self, ref: str) -> dict[str, Any]:
         job = self.job(ref)
