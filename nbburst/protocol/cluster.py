@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from ..store import NotFound
 from .folder import JobFolder
+from .signing import SignatureError
 
 _NONCE_BYTES = 12
 
@@ -52,10 +53,12 @@ def open_tls(sealed: dict[str, Any], job_key: bytes, job_id: str, attempt: int) 
 
 
 def latest(folder: JobFolder) -> dict[str, Any] | None:
-    """The newest attempt's cluster record (verified), or None before any scheduler started."""
+    """The newest attempt's cluster record (verified), or None before any scheduler started. A record that does
+    not verify (planted by someone without the job's key) is passed over, so it cannot keep workers away from
+    the real scheduler."""
     for key in reversed(folder.store.list(folder.layout.cluster_prefix)):
         try:
             return json.loads(folder.get_record(key))
-        except NotFound:
+        except (NotFound, SignatureError):
             continue
     return None
