@@ -14,7 +14,7 @@ from nbburst.options import Options
 
 LOAD = "%load_ext nbburst"
 WIDGET = "application/vnd.jupyter.widget-view+json"
-_TIMES = re.compile(r"\b\d+(\.\d+)?\s?(s|ms|[µμu]s|ns)\b")  # %%time's figures
+_TIMES = re.compile(r"\b\d+(\.\d+)?(e[+-]\d+)?\s?(s|ms|[µμu]s|ns)\b")  # %%time's figures ("1e+03 ns" too)
 
 
 def run_pairs(cells: list[str], cwd, then: tuple[str, ...] = ()) -> tuple[list[tuple[dict, dict]], list[dict]]:
