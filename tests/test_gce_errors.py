@@ -99,8 +99,8 @@ def test_machine_type_or_gpu_not_offered_in_the_zone(gce_env, compute_emulator):
         submit(burst, gpu="l4", zone="us-central1-f")
     with pytest.raises(UsageError, match="--gpu nvidia-l4:3: G2 machines in us-central1-a come with 1, 2, 4, 8"):
         burst.machines("gce").plan(Resources(gpu="nvidia-l4", gpu_count=3))
-    with pytest.raises(UsageError, match="--workers"):
-        submit(burst, workers=2)
+    with pytest.raises(UsageError, match="--workers: must be at least 1"):
+        submit(burst, workers=0)
     nothing_left(burst, compute_emulator)
 
 

@@ -355,12 +355,12 @@ def cost(breakdown: Breakdown, seconds: float) -> dict[str, Any]:
     }
     total = sum(out.values())
     on_demand = breakdown.on_demand * hours
-    out = {k: round(v, 6) for k, v in out.items()}
+    out = {k: round(v, 9) for k, v in out.items()}  # a short job on a small machine costs millionths
     out.update(
         {
-            "total": round(total, 6),
-            "on_demand": round(on_demand, 6),
-            "saving": round(max(0.0, on_demand - total), 6),
+            "total": round(total, 9),
+            "on_demand": round(on_demand, 9),
+            "saving": round(max(0.0, on_demand - total), 9),
             "per_hour": round(breakdown.total, 6),
             "seconds": round(max(0.0, seconds), 3),
             "spot": breakdown.spot,
