@@ -12,6 +12,7 @@ becomes an event that says it was refused, so the rest of the output, and the jo
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,10 +72,11 @@ class JobFolder:
         """The version the object at ``key`` was sealed at, and its content, verified."""
         return sealed.open_versioned(self.key, self.job_id, self.place(key), self.store.get(key))
 
-    def genuine(self, key: str) -> bool:
-        """Whether a genuine record is at ``key``: one that does not open counts as none (and is reported)."""
+    def genuine(self, key: str, read: Callable[[str], object] | None = None) -> bool:
+        """Whether a genuine object is at ``key`` (a record, or what ``read`` opens): one that does not open
+        counts as none (and is reported)."""
         try:
-            self.get_record(key)
+            (read or self.get_record)(key)
             return True
         except NotFound:
             return False

@@ -77,14 +77,7 @@ def verdict_object(folder: JobFolder, key: str) -> tuple[int, bytes]:
 
 def holds_verdict(folder: JobFolder, key: str) -> bool:
     """Whether a verdict object that counts is at ``key``; one that does not is reported (once) and is none."""
-    try:
-        verdict_object(folder, key)
-        return True
-    except NotFound:
-        return False
-    except sealed.Refused as exc:
-        folder.report(str(exc))
-        return False
+    return folder.genuine(key, lambda k: verdict_object(folder, k))
 
 
 def timeout_reason(spec: JobSpec) -> str:
