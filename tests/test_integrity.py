@@ -408,10 +408,12 @@ def _claim(folder: JobFolder, attempt: int) -> None:
     fence.claim(folder, attempt)
 
 
-def _verdict_file(tmp_path: Path, content: bytes) -> Path:
-    path = tmp_path / f"verdict-{content.hex()}"
-    path.write_bytes(content)
-    return path
+def _verdict_file(tmp_path: Path, folder: JobFolder, content: bytes, attempt: int, kind: str = verdict.RESULT) -> Path:
+    """A verdict as a runner of ``attempt`` hands it over (sealed to its place at that attempt)."""
+    handoff = verdict.Handoff(tmp_path / f"verdict-{content.hex()}-{attempt}", folder, attempt)
+    handoff.clear()
+    handoff.hand_over(kind, [content])
+    return handoff.folder / kind
 
 
 def test_a_verdict_is_bound_to_the_attempt_that_held_the_job(folder, tmp_path, capfd):
@@ -419,19 +421,25 @@ def test_a_verdict_is_bound_to_the_attempt_that_held_the_job(folder, tmp_path, c
     1 coming back later cannot put its own back."""
     result = folder.layout.result
     _claim(folder, 1)
-    verdict.commit(folder, verdict.RESULT, _verdict_file(tmp_path, b"one"), 1)
+    verdict.commit(folder, verdict.RESULT, _verdict_file(tmp_path, folder, b"one", 1), 1)
     assert outcome.verdict_object(folder, result) == (1, b"one")  # no later claim: it counts
     folder.store.delete(result)
     _claim(folder, 2)
     time.sleep(0.05)
-    verdict.commit(folder, verdict.RESULT, _verdict_file(tmp_path, b"late"), 1)  # checked, then claimed, then wrote
+    verdict.commit(
+        folder, verdict.RESULT, _verdict_file(tmp_path, folder, b"late", 1), 1
+    )  # checked, then claimed, then wrote
     with pytest.raises(outcome.Overtaken, match="result.pkl of job .* written by attempt 1 after attempt 2 had taken"):
         outcome.verdict_object(folder, result)
     assert not outcome.holds_verdict(folder, result)
-    verdict.commit(folder, verdict.RESULT, _verdict_file(tmp_path, b"two"), 2)
+    verdict.commit(folder, verdict.RESULT, _verdict_file(tmp_path, folder, b"two", 2), 2)
     assert outcome.verdict_object(folder, result) == (2, b"two")
-    verdict.commit(folder, verdict.RESULT, _verdict_file(tmp_path, b"later"), 1)  # create-only: attempt 2's stays
-    verdict.commit(folder, verdict.RESULT, _verdict_file(tmp_path, b"two"), 2)  # a retried write: still one result
+    verdict.commit(
+        folder, verdict.RESULT, _verdict_file(tmp_path, folder, b"later", 1), 1
+    )  # create-only: attempt 2's stays
+    verdict.commit(
+        folder, verdict.RESULT, _verdict_file(tmp_path, folder, b"two", 2), 2
+    )  # a retried write: still one result
     assert outcome.verdict_object(folder, result) == (2, b"two")
     assert "replacing it with attempt 2's" in capfd.readouterr().err
 
@@ -442,7 +450,7 @@ def test_a_planted_verdict_object_does_not_block_the_real_one(folder, tmp_path, 
     _claim(folder, 1)
     folder.store.create(key, cloudpickle.dumps("FORGED"))  # create-only writes would leave it in place
     assert not outcome.holds_verdict(folder, key)
-    verdict.commit(folder, kind, _verdict_file(tmp_path, b"genuine"), 1)
+    verdict.commit(folder, kind, _verdict_file(tmp_path, folder, b"genuine", 1, kind), 1)
     assert outcome.verdict_object(folder, key) == (1, b"genuine")
     assert (
         f"{Path(key).name} of job {JOB} is not sealed by nbburst; refusing it; replacing it" in capfd.readouterr().err

@@ -23,6 +23,9 @@ import pytest
 from lab_helpers import CHROMIUM, CHROMIUM_ARGS, REPO, LabServer
 from support import agents_under, kill_agents, wait_until
 
+from nbburst.client.burst import Burst
+from nbburst.machines.base import GONE
+
 # On a developer's machine without a browser the test is skipped; CI (scripts/setup installs both) must run it.
 if os.environ.get("CI"):
     import playwright.sync_api as playwright_sync
@@ -121,7 +124,8 @@ def test_sidebar_follows_and_cancels_jobs(tmp_path, monkeypatch):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     server = LabServer(tmp_path / "lab", env=env)
-    screenshot = tmp_path / "sidebar.png"
+    screenshot, sessions_shot = tmp_path / "sidebar.png", tmp_path / "sessions.png"
+    burst = Burst()  # the notebook's and the server's Store and state folder, from the environment above
     try:
         server.start()
         write_notebook(server.root_dir / "burst.ipynb")
@@ -177,13 +181,26 @@ def test_sidebar_follows_and_cancels_jobs(tmp_path, monkeypatch):
                 page.locator(f"{SIDEBAR} .nbburst-back").click()
                 expect(doomed.locator(".nbburst-state-cancelled")).to_be_visible(timeout=10_000)
                 expect(ok.locator(".nbburst-state-succeeded")).to_be_visible()
+
+                # A warm session: listed above the jobs with its cores and cost, and stopped from the sidebar.
+                warm = burst.sessions.start(name="e2e-warm", cores=1, idle="5m", timeout="10m", preload=[])
+                row = page.locator(f'{SIDEBAR} .nbburst-session[data-session-name="e2e-warm"]')
+                expect(row.locator(".nbburst-state-running")).to_be_visible(timeout=10_000)
+                expect(row).to_contain_text("local · 1 core · 0 cells")
+                expect(row).to_contain_text(re.compile(r"\d+m \d+s left"))
+                page.locator(SIDEBAR).screenshot(path=str(sessions_shot))
+                row.locator(".nbburst-session-stop").click()
+                dialog.get_by_role("button", name="Stop session").click()
+                expect(page.locator(f"{SIDEBAR} .nbburst-sessions-view")).to_be_hidden(timeout=15_000)
+                assert burst.sessions.all() == []
+                assert burst.machines("local").describe(warm.machine).state == GONE
                 assert not page_errors, page_errors
             finally:
                 browser.close()
+                for left in burst.sessions.all():
+                    burst.sessions.stop(left.name)
 
-        from nbburst.client.burst import Burst
-
-        states = {job.name: job.state.value for job in Burst().jobs()}
+        states = {job.name: job.state.value for job in burst.jobs()}
         assert states == {"e2e-ok": "SUCCEEDED", "e2e-cancel": "CANCELLED"}
         wait_until(lambda: not agents_under(str(store)), 10, what="the cancelled job's machine to go away")
     finally:
@@ -192,6 +209,7 @@ def test_sidebar_follows_and_cancels_jobs(tmp_path, monkeypatch):
     if os.environ.get("NBBURST_UPDATE_SCREENSHOTS"):
         (REPO / "docs").mkdir(exist_ok=True)
         shutil.copy(screenshot, REPO / "docs" / "sidebar.png")
+        shutil.copy(sessions_shot, REPO / "docs" / "sessions.png")
 
 
 WAITING_CELLS = [
@@ -313,8 +331,6 @@ def test_job_view_cancels_while_the_cell_waits_and_survives_a_restart(tmp_path, 
                 assert not page_errors, page_errors
             finally:
                 browser.close()
-
-        from nbburst.client.burst import Burst
 
         states = {job.name: job.state.value for job in Burst().jobs()}
         assert states == {"view-wait": "CANCELLED", "view-detached": "CANCELLED"}

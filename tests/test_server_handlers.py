@@ -84,8 +84,11 @@ class Api:
         headers: dict | None = None,
         status: int = 200,
     ) -> dict:
+        body = {"body": b""} if method == "POST" else {}  # tornado sends no POST without a body
         response = self.loop.run_until_complete(
-            self.fetch("nbburst", "api", *parts, method=method, params=params, headers=headers, raise_error=False)
+            self.fetch(
+                "nbburst", "api", *parts, method=method, params=params, headers=headers, raise_error=False, **body
+            )
         )
         assert response.headers["Content-Type"].startswith("application/json"), response.headers
         body = json.loads(response.body)
@@ -233,6 +236,33 @@ def test_unauthenticated_requests_are_refused(api, store_env):
     assert api.get("jobs", job.id)["state"] == "SUCCEEDED"  # the refused DELETE did nothing
     wrong = {"Authorization": "token not-the-token"}
     api.call("jobs", headers=wrong, status=403)
+
+
+def test_sessions_are_listed_with_their_cost_and_stopped(api, store_env):
+    from nbburst.machines.base import GONE
+
+    burst = Burst()
+    session = burst.sessions.start(name="side", cores=1, idle="5m", timeout="10m", preload=[])
+    try:
+        (listed,) = api.get("sessions")["sessions"]
+        assert {k: listed[k] for k in ("name", "state", "backend", "cores", "cells")} == {
+            "name": "side",
+            "state": "RUNNING",
+            "backend": "local",
+            "cores": 1,
+            "cells": 0,
+        }
+        assert listed["cost_usd"] >= 0 and listed["until"] > time.time() > listed["started"]
+        assert api.call("sessions", headers={"Authorization": ""}, status=403)["message"] == "Forbidden"
+        stopped = api.call("sessions", "side", "stop", method="POST")
+        assert (stopped["name"], stopped["state"]) == ("side", "STOPPED")
+        assert burst.machines("local").describe(session.machine).state == GONE
+        assert api.get("sessions") == {"sessions": []}
+        for name in ("side", "..%2Fmachines%2Fx"):
+            assert api.call("sessions", name, "stop", method="POST", status=404)["message"].startswith("no session")
+    finally:
+        for left in burst.sessions.all():
+            burst.sessions.stop(left.name)
 
 
 def test_config_shows_values_and_sources(api, store_env):

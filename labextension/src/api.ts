@@ -1,7 +1,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { IJobDetail, IJobInfo, ILogChunk } from './format';
+import { IJobDetail, IJobInfo, ILogChunk, ISessionInfo } from './format';
 
 /** The REST API root, relative to the server base URL. */
 export const API_ROOT = 'nbburst/api';
@@ -62,6 +62,17 @@ export class BurstApi {
     return this.request(`jobs/${encodeURIComponent(id)}`, {
       method: 'DELETE'
     });
+  }
+
+  /** The warm sessions, newest first, with their cost so far. */
+  async listSessions(): Promise<ISessionInfo[]> {
+    const data = await this.request<{ sessions?: ISessionInfo[] }>('sessions');
+    return Array.isArray(data?.sessions) ? data.sessions : [];
+  }
+
+  /** End a session and its machine; its last summary. */
+  stopSession(name: string): Promise<ISessionInfo> {
+    return this.request(`sessions/${encodeURIComponent(name)}/stop`, { method: 'POST' });
   }
 
   /** The effective configuration and where each value comes from. */

@@ -83,6 +83,37 @@ export interface IJobDetail extends IJobInfo {
   attempts?: IAttemptInfo[];
 }
 
+/** A warm session, as listed by `GET /nbburst/api/sessions` (`Session.info()`). */
+export interface ISessionInfo {
+  name: string;
+  /** `RUNNING` while its machine is up, `ENDED` once it ended itself (idle), `STOPPED` once stopped. */
+  state: string;
+  backend: string;
+  machine: string;
+  cores: number;
+  cells: number;
+  running: number;
+  started: number;
+  idle_s: number;
+  /** When the session ends at the latest (epoch seconds). */
+  until: number;
+  cost_per_hour_usd: number;
+  cost_usd: number;
+}
+
+/** A session's second line: `local · 2 cores · 3 cells (1 running)`. */
+export function sessionSummary(s: ISessionInfo): string {
+  const cores = `${s.cores} ${s.cores === 1 ? 'core' : 'cores'}`;
+  const cells =
+    `${s.cells} ${s.cells === 1 ? 'cell' : 'cells'}` + (s.running ? ` (${s.running} running)` : '');
+  return [s.backend, cores, cells].join(' · ');
+}
+
+/** The time a session has left before its hard limit, from `now` (epoch seconds). */
+export function sessionTimeLeft(s: ISessionInfo, now: number = Date.now() / 1000): string {
+  return `${formatElapsed(Math.max(0, s.until - now))} left`;
+}
+
 /** A slice of a job log, as returned by `GET /nbburst/api/jobs/{id}/logs`. */
 export interface ILogChunk {
   attempt: number;

@@ -5,6 +5,7 @@ import { burstIcon } from './icons';
 import { JobDetailView } from './jobdetail';
 import { JobListView } from './joblist';
 import { JobsModel } from './model';
+import { SessionsView } from './sessions';
 
 /** The id of the sidebar widget (tests look it up by this id). */
 export const SIDEBAR_ID = 'nbburst-sidebar';
@@ -13,8 +14,9 @@ export const SIDEBAR_ID = 'nbburst-sidebar';
 export const SIDEBAR_TITLE = 'Burst jobs';
 
 /**
- * The "Burst jobs" sidebar: the job list, and the detail view of one job in
- * its place when a job is opened. Polling runs only while it is visible.
+ * The "Burst jobs" sidebar: the warm sessions and the job list, and the detail
+ * view of one job in their place when a job is opened. Polling runs only while
+ * it is visible.
  */
 export class BurstSidebar extends Panel {
   constructor(model: JobsModel) {
@@ -25,9 +27,11 @@ export class BurstSidebar extends Panel {
     this.title.icon = burstIcon;
     this.title.caption = SIDEBAR_TITLE;
 
+    this.sessions = new SessionsView(model.api);
     this.list = new JobListView(model);
     this.detail = new JobDetailView(model.api);
     this.detail.hide();
+    this.addWidget(this.sessions);
     this.addWidget(this.list);
     this.addWidget(this.detail);
 
@@ -47,11 +51,13 @@ export class BurstSidebar extends Panel {
   showCell: ((id: string) => boolean) | null = null;
 
   readonly model: JobsModel;
+  readonly sessions: SessionsView;
   readonly list: JobListView;
   readonly detail: JobDetailView;
 
   /** Open the detail view of a job. */
   showJob(id: string): void {
+    this.sessions.hide();
     this.list.hide();
     this.detail.show();
     this.detail.open(id);
@@ -64,6 +70,7 @@ export class BurstSidebar extends Panel {
     const id = this.detail.jobId;
     this.detail.close();
     this.detail.hide();
+    this.sessions.show();
     this.list.show();
     this._syncVisibility(); // refreshes the list
     if (id) {
@@ -78,6 +85,7 @@ export class BurstSidebar extends Panel {
 
   protected onBeforeDetach(msg: Message): void {
     this.model.listVisible = false;
+    this.sessions.visible = false;
     this.detail.visible = false;
     super.onBeforeDetach(msg);
   }
@@ -95,6 +103,7 @@ export class BurstSidebar extends Panel {
   private _syncVisibility(): void {
     const visible = this.isAttached && this.isVisible;
     this.model.listVisible = visible && !this.list.isHidden;
+    this.sessions.visible = visible && !this.sessions.isHidden;
     this.detail.visible = visible && !this.detail.isHidden;
     if (visible) {
       this.list.update();

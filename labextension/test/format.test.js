@@ -136,3 +136,27 @@ test('workersSummary counts the workers by state, with their share of the cost',
   assert.equal(f.dashboardPath('j 1', workers), 'nbburst/dask/j%201/status');
   assert.equal(f.dashboardPath('j1', { ...workers, dashboard: null }), null);
 });
+
+test('sessionSummary and sessionTimeLeft', () => {
+  const session = {
+    name: 'default',
+    state: 'RUNNING',
+    backend: 'local',
+    machine: 'nbburst-session-default-abc123',
+    cores: 2,
+    cells: 1,
+    running: 1,
+    started: 1700000000,
+    idle_s: 600,
+    until: 1700003600,
+    cost_per_hour_usd: 0,
+    cost_usd: 0
+  };
+  assert.equal(f.sessionSummary(session), 'local · 2 cores · 1 cell (1 running)');
+  assert.equal(
+    f.sessionSummary({ ...session, cores: 1, cells: 3, running: 0 }),
+    'local · 1 core · 3 cells'
+  );
+  assert.equal(f.sessionTimeLeft(session, 1700000000), '1h 00m left');
+  assert.equal(f.sessionTimeLeft(session, 1700009999), '0s left');
+});

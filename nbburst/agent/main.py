@@ -46,6 +46,7 @@ from ..protocol.outcome import commit_terminal, error_summary, holds_verdict, ti
 from ..store import NotFound, Store, open_store
 from . import cluster, files, gce, gpu, preemption, spawn
 from .checkpoints import local_root, restore, summary
+from .runnerstart import Pipes, RunnerJob, serve
 from .shipper import Shipper
 from .verdict import ERROR, RESULT, Handoff, commit
 
@@ -221,13 +222,13 @@ class Agent:
         if holds_verdict(self.folder, self.layout.result):  # an earlier attempt's; it died before its verdict
             return self._finish()
         self.sweep(lambda n: n < self.attempt)  # an earlier attempt's leftovers on this machine
-        _pin_cpus()
+        pin_cpus()
         workdir = os.path.join(os.getcwd(), "work", self.spec.job_id)
         os.makedirs(workdir, exist_ok=True)
         self.workdir = workdir
         files.baseline(Path(workdir))  # what the cell finds there: only what it creates or changes comes back
         checkpoints = local_root(workdir)
-        handoff = Handoff(os.path.join(os.getcwd(), "work", f".{self.spec.job_id}.verdict"))
+        handoff = Handoff(os.path.join(os.getcwd(), "work", f".{self.spec.job_id}.verdict"), self.folder, self.attempt)
         handoff.clear()
         self.write_status(state=State.PROVISIONING, message="restoring checkpoints", launched=self.launched())
         earlier = [s for s in self.folder.statuses(strict=False) if s.attempt < self.attempt]
@@ -250,30 +251,18 @@ class Agent:
         scheduler = self._start_scheduler() if self.spec.resources.workers else None  # --workers: agent/cluster.py
         if self.spec.resources.workers and scheduler is None:
             return self.commit_terminal(State.FAILED, "the Dask scheduler for --workers did not start")
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        ev_r, ev_w = os.pipe()
-        ctl_r, ctl_w = os.pipe()
-
-        def runner() -> int:
-            os.close(out_r), os.close(err_r), os.close(ev_r), os.close(ctl_w)
-            os.chdir(workdir)
-            os.environ["NBBURST_CHECKPOINT_DIR"] = str(checkpoints)
-            os.environ.setdefault("IPYTHONDIR", os.path.join(workdir, ".ipython"))
-            from .channel import Channel, flush_all
-            from .runner import redirect_std, run
-
-            redirect_std(out_w, err_w)
-            try:
-                store = open_store(self.store.url)
-                return run(store, self.layout, self.spec, self.ident.key, Channel(ev_w), handoff, control_fd=ctl_r)
-            finally:
-                flush_all()
-
-        pid = spawn.spawn(runner, attempt_tag(self.spec.job_id, self.attempt))
+        job = RunnerJob(
+            self.store.url,
+            self.spec.to_json().decode(),
+            self.ident.key.hex(),
+            self.attempt,
+            workdir,
+            str(checkpoints),
+            str(handoff.folder),
+            attempt_tag(self.spec.job_id, self.attempt),
+        )
+        pid, (out_r, err_r, ev_r) = self.start_runner(job)
         self.runner_pid = pid
-        os.close(out_w), os.close(err_w), os.close(ev_w), os.close(ctl_r)
-        self.control.fd = ctl_w
         if self.stop_reason is not None:  # asked to stop while forking
             self.stop_runner(*self.stop_reason)
         self.write_status(state=State.RUNNING, started=time.time(), message="")
@@ -294,6 +283,14 @@ class Agent:
         self.done.set()
         watchdog.join()
         return self._finish(wait_status, handoff)
+
+    def start_runner(self, job: RunnerJob) -> tuple[int, tuple[int, int, int]]:
+        """Fork the cell's runner for ``job``: its pid, and the ends its stdout, stderr and events are read from
+        (its control pipe becomes ``self.control``'s)."""
+        pipes = Pipes()
+        pid = spawn.spawn(lambda: serve(pipes, lambda: job), job.tag)
+        reads, self.control.fd = pipes.in_controller()
+        return pid, reads
 
     def _start_scheduler(self) -> cluster.Scheduler | None:
         try:
@@ -377,7 +374,8 @@ def _death(wait_status: int) -> str:
     return f"the cell's process exited with code {os.WEXITSTATUS(wait_status)} without a result"
 
 
-def _pin_cpus() -> None:
+def pin_cpus() -> None:
+    """Keep this process (and what it forks from now on) on the machine's CPUs (``$NBBURST_CPUS``)."""
     cpus = os.environ.get(ENV_CPUS)
     if cpus and hasattr(os, "sched_setaffinity"):
         try:

@@ -25,6 +25,7 @@ from .channel import Channel, ChannelStream, flush_c_streams
 from .cluster import connect as connect_cluster
 from .inputs import Inputs
 from .inputs import load as load_inputs
+from .linebuffered import install as install_line_buffering
 from .shell import ZMQInteractiveShell
 from .shell import start as start_shell
 from .spawn import EXIT_ORPHANED, orphaned
@@ -67,6 +68,35 @@ def _trim(tb, filename: str):
     return head or tb
 
 
+class Prepared:
+    """What a runner sets up before it knows its job: the reporting hooks, the cell's namespace, the
+    shell over it. A session's controller prepares its runner while it waits for a cell (agent/warmcell.py)."""
+
+    def __init__(self, channel: Channel):
+        from .. import reporting
+        from .joblib_hook import install as install_joblib_hook  # joblib's tasks (scikit-learn's fits) too
+        from .tqdm_hook import install as install_tqdm_hook  # tqdm bars in the cell feed the job's progress
+
+        reporting.connect(channel)
+        install_tqdm_hook()
+        install_joblib_hook()
+        # As in a kernel's user namespace: `print(__doc__)` in a notebook prints IPython's module docstring.
+        self.ns: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins, "__doc__": _KERNEL_DOC}
+        sys.stdout, sys.stderr = ChannelStream(channel, "stdout", 1), ChannelStream(channel, "stderr", 2)
+        self.problem: BaseException | None = None
+        try:  # before the inputs: unpickling may import matplotlib
+            self.shell: ZMQInteractiveShell | None = start_shell(self.ns, channel, "<cell>")
+        except BaseException as exc:  # raised as the cell's, once the runner knows its job
+            self.shell, self.problem = None, exc
+
+    def shell_for(self, filename: str) -> ZMQInteractiveShell:
+        if self.problem is not None:
+            raise self.problem
+        assert self.shell is not None
+        self.shell.compile.cell_name = filename
+        return self.shell
+
+
 def run(
     store: Store,
     layout: JobLayout,
@@ -75,31 +105,23 @@ def run(
     channel: Channel,
     handoff: Handoff,
     control_fd: int | None = None,
+    prepared: Prepared | None = None,
 ) -> int:
     """Execute the job; hand its result or error to the agent through ``handoff``.
 
     ``control_fd`` is the agent's control pipe (preemption notices): see agent/preemption.py."""
     from .. import reporting
-
-    reporting.connect(channel)
-    from .tqdm_hook import install as install_tqdm_hook  # tqdm bars in the cell feed the job's progress
-
-    install_tqdm_hook()
-    from .joblib_hook import install as install_joblib_hook  # so do joblib's tasks (scikit-learn's fits)
-
-    install_joblib_hook()
     from .checkpoints import start_in_runner  # nbburst.checkpoint, joblib resume, preemption notices
 
+    prepared = prepared or Prepared(channel)
     syncer = start_in_runner(store, layout, key, channel, control_fd)
     stop = threading.Event()
     threading.Thread(target=_periodic_c_flush, args=(stop,), daemon=True).start()
     filename = cell_filename(spec.job_id)
-    # As in a kernel's user namespace: `print(__doc__)` in a notebook prints IPython's module docstring.
-    ns: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins, "__doc__": _KERNEL_DOC}
-    sys.stdout, sys.stderr = ChannelStream(channel, "stdout", 1), ChannelStream(channel, "stderr", 2)
+    ns = prepared.ns
     try:
         reporting.phase("loading inputs and importing their modules")
-        shell = start_shell(ns, channel, filename)  # before the inputs: unpickling may import matplotlib
+        shell = prepared.shell_for(filename)
         inputs = load_inputs(store, layout, spec, ns)
         materialise_files(store, layout, spec)
         inputs.begin()  # the kernel's process state, in force from here on
@@ -160,7 +182,7 @@ def _commit_result(handoff: Handoff, outcome: dict[str, Any], inputs: Inputs, ns
             meta["last_bundle"] = ZMQInteractiveShell.instance().display_formatter.format(outcome["last"])
     meta["state"] = inputs.tracker.changes()
     meta["warnings"] = warnings + inputs.tracker.problems
-    data = writer.finish(meta).tobytes()
+    data = writer.finish(meta).parts
     handoff.hand_over(RESULT, data)
 
 
@@ -182,16 +204,17 @@ def _commit_error(handoff: Handoff, exc: BaseException, filename: str) -> None:
     }
     try:
         pickling_support.install(exc)
-        data = payload.encode({**info, "exc": exc}).tobytes()
+        data = payload.encode({**info, "exc": exc}).parts
     except Exception:
-        data = payload.encode({**info, "exc": None}).tobytes()
+        data = payload.encode({**info, "exc": None}).parts
     handoff.hand_over(ERROR, data)
 
 
 def redirect_std(stdout_fd: int, stderr_fd: int) -> None:
     """Point fds 1 and 2 at the shipper's pipes, line-buffered like a notebook; once the cell starts,
     what Python prints goes as events instead (see :class:`ChannelStream`), C code and subprocesses
-    keep writing here."""
+    keep writing here, the Pythons among them a line at a time (see :mod:`.linebuffered`)."""
+    install_line_buffering()
     os.dup2(stdout_fd, 1)
     os.dup2(stderr_fd, 2)
     os.close(stdout_fd)

@@ -39,7 +39,7 @@ import sys
 import time
 from typing import Any
 
-from ..protocol import imports, payload
+from ..protocol import imports, payload, transfer
 from ..protocol.job import ENV_ATTEMPT, JobLayout, attempt_tag, split_job_url
 from ..store import Store, open_store
 from . import blobcache, spawn
@@ -183,12 +183,13 @@ class WarmParent:
         def body() -> int:
             for fd in inherited:  # the parent's: a cell holds only its own connection and the report pipe
                 os.close(fd)
+            ready = warmcell.ReadyRunner()  # the cell's runner, its shell made while no cell waits
             conn, request = _take_cell(cells, token)
             cells.close()
             os.write(report_w, json.dumps({**request, "pid": os.getpid()}).encode() + b"\n")  # < PIPE_BUF: whole
             os.close(report_w)
             os.environ[ENV_ATTEMPT] = attempt_tag(split_job_url(request["job"])[1], int(request["attempt"]))
-            return warmcell.control(conn, request)
+            return warmcell.control(conn, request, ready)
 
         pid = spawn.spawn(body, os.environ.get(ENV_ATTEMPT, ""))
         pidfd = os.pidfd_open(pid)
@@ -277,6 +278,9 @@ class WarmParent:
                     blobcache.hold(store, digest)
             code = store.get(layout.code) if spec.kind == "cell" else b""
             names = [*manifest.get("submodules", []), *manifest.get("modules", {}).values()]
+            if manifest.get("state"):  # the kernel's process state needs its modules (numpy's RNG state: numpy)
+                shipped = transfer.load_value(blobcache.get(manifest["state"]) or b"", {})
+                names += [entry.module for entry, _ in shipped.values()]
             if payload.digest_bytes(code) == spec.digests.get("code.py"):
                 names += imported_by(code.decode())  # what this cell imports, the next ones use
             imports.import_all(warm_imports(names))

@@ -20,9 +20,12 @@ from typing import Any
 from ..protocol.folder import JobFolder
 from ..protocol.job import SHELL_RECORDS, encode_records
 from ..store import AlreadyExists
+from .channel import PART
 
 FLUSH_SECONDS = 0.2
 MAX_CHUNK = 1 << 20
+#: How long the start of a line read from a pipe waits for the rest (a prompt, a line cut by a reader's read).
+HOLD_SECONDS = 1.0
 
 
 class Shipper:
@@ -87,8 +90,8 @@ class Shipper:
             stdout_fd: codecs.getincrementaldecoder("utf-8")("replace"),
             stderr_fd: codecs.getincrementaldecoder("utf-8")("replace"),
         }
-        names = {stdout_fd: "stdout", stderr_fd: "stderr"}
-        partial_event = b""
+        texts = {stdout_fd: _Lines("stdout", self.add), stderr_fd: _Lines("stderr", self.add)}
+        events = _Events()
         for fd in (stdout_fd, stderr_fd, events_fd):
             os.set_blocking(fd, False)
             sel.register(fd, selectors.EVENT_READ)
@@ -107,19 +110,16 @@ class Shipper:
                     os.close(fd)
                     open_fds -= 1
                     if fd in decoders:
-                        tail = decoders[fd].decode(b"", final=True)
-                        if tail:
-                            self.add({"s": names[fd], "x": tail})
+                        texts[fd].feed(decoders[fd].decode(b"", final=True))
+                        texts[fd].release()
                     continue
                 if fd in decoders:
-                    text = decoders[fd].decode(data)
-                    if text:
-                        self.add({"s": names[fd], "x": text})
+                    texts[fd].feed(decoders[fd].decode(data))
                 else:
-                    partial_event += data
-                    *lines, partial_event = partial_event.split(b"\n")
-                    for line in lines:
-                        self._handle_event(json.loads(line))
+                    for event in events.feed(data):
+                        self._handle_event(event)
+            for pipe in texts.values():
+                pipe.release(older_than=HOLD_SECONDS)
             if time.monotonic() - self.last_flush >= FLUSH_SECONDS:
                 self.flush()
         sel.close()
@@ -129,3 +129,51 @@ class Shipper:
             self.add(event)
         elif self.on_event is not None:
             self.on_event(event)
+
+
+class _Lines:
+    """Text read from one pipe, passed on a whole line at a time: a line cut by a read (or by a writer's
+    buffer) waits for its end, up to a time limit, so text from elsewhere never lands in its middle."""
+
+    def __init__(self, stream: str, add: Callable[[dict[str, Any]], None]):
+        self.stream, self.add = stream, add
+        self.held, self.since = "", 0.0
+
+    def feed(self, text: str) -> None:
+        text = self.held + text
+        cut = max(text.rfind("\n"), text.rfind("\r")) + 1  # a progress bar's carriage return ends a line too
+        if cut:
+            self.add({"s": self.stream, "x": text[:cut]})
+        if not self.held or cut:
+            self.since = time.monotonic()
+        self.held = text[cut:]
+
+    def release(self, older_than: float = 0.0) -> None:
+        """Pass on the start of a line held for ``older_than`` seconds or more."""
+        if self.held and time.monotonic() - self.since >= older_than:
+            self.add({"s": self.stream, "x": self.held})
+            self.held = ""
+
+
+class _Events:
+    """The event pipe's lines as events, a long event's pieces joined again (see :class:`.channel.Channel`)."""
+
+    def __init__(self) -> None:
+        self.partial = b""
+        self.pieces: dict[bytes, list[bytes]] = {}  # writer's pid -> the pieces of its long event so far
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        events = []
+        for line in lines:
+            if line.startswith(PART):
+                pid, end, piece = line[len(PART) :].split(b" ", 2)
+                self.pieces.setdefault(pid, []).append(piece)
+                if end != b"1":
+                    continue
+                line = b"".join(self.pieces.pop(pid))
+            try:
+                events.append(json.loads(line))
+            except ValueError:  # never expected; but a reader that stopped here would hang the cell
+                events.append({"s": "stderr", "x": "nbburst: an output event was garbled and dropped\n"})
+        return events

@@ -1,10 +1,11 @@
 """The cell's verdict, handed from the runner to the controller: the runner never commits anything itself.
 
 The runner writes what the cell gave back (its values, or the exception it
-raised) to a file of the attempt on the machine's disk, atomically, and exits.
-The controller then checks that its attempt still holds (:mod:`..protocol.fence`)
-and commits the file, sealed to its place and attempt and create-only, as
-``result.pkl`` or ``error.pkl``. So a runner whose controller is gone (``kill -9``, a machine
+raised) to a file of the attempt on the machine's disk, sealed to its place and
+attempt, atomically, and exits. The controller then checks that its attempt still
+holds (:mod:`..protocol.fence`) and commits the file, create-only, as
+``result.pkl`` or ``error.pkl`` (on a Store on the same disk, the file itself:
+a big result is written once). So a runner whose controller is gone (``kill -9``, a machine
 going away) commits nothing, and an infrastructure failure (a broken pipe to a
 dead controller) is never signed as the cell's error.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..protocol import outcome, sealed
@@ -24,23 +25,23 @@ RESULT, ERROR = "result", "error"
 
 
 class Handoff:
-    """The folder where one attempt's runner leaves its verdict for the controller."""
+    """The folder where one attempt's runner leaves its verdict for the controller, sealed for ``job`` at
+    ``attempt``."""
 
-    def __init__(self, folder: str | os.PathLike[str]):
-        self.folder = Path(folder)
+    def __init__(self, folder: str | os.PathLike[str], job: JobFolder, attempt: int):
+        self.folder, self.job, self.attempt = Path(folder), job, attempt
 
     def clear(self) -> None:
         """Start empty: a verdict left by an earlier attempt on this disk is not this attempt's."""
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder.mkdir(parents=True, exist_ok=True)
 
-    def hand_over(self, kind: str, data: bytes | memoryview) -> None:
+    def hand_over(self, kind: str, parts: Sequence[bytes | memoryview]) -> None:
         """In the runner: leave the verdict ``kind`` (:data:`RESULT` or :data:`ERROR`), complete or not at all."""
         tmp = self.folder / f".{kind}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        place = self.job.place(_key(self.job, kind))
+        # No fsync: only this attempt's controller reads it, in this boot of the machine.
+        sealed.write_sealed(self.job.key, self.job.job_id, place, parts, self.attempt, tmp)
         os.replace(tmp, self.folder / kind)
 
     def taken(self) -> tuple[str, Path] | None:
@@ -52,18 +53,19 @@ class Handoff:
         return None
 
 
+def _key(folder: JobFolder, kind: str) -> str:
+    return folder.layout.result if kind == RESULT else folder.layout.error
+
+
 def commit(folder: JobFolder, kind: str, path: Path, attempt: int) -> None:
-    """Upload a verdict file as the job's ``result.pkl`` or ``error.pkl``: sealed to its place at ``attempt``,
-    create-only. What is in the way decides: our own (a retried write whose success went unseen) or a later
-    attempt's stands; so does an earlier attempt's that counts (a cell's outcome is the cell's, whichever attempt
-    ran it); a superseded attempt's, or one planted without the job's key, is replaced (and reported)."""
-    key = folder.layout.result if kind == RESULT else folder.layout.error
-
-    def chunks() -> Iterator[bytes]:
-        return sealed.seal_file(folder.key, folder.job_id, folder.place(key), path, attempt)
-
+    """Upload a verdict file (:meth:`Handoff.hand_over`'s, sealed at ``attempt``) as the job's ``result.pkl``
+    or ``error.pkl``, create-only. What is in the way decides: our own (a retried write whose success went
+    unseen) or a later attempt's stands; so does an earlier attempt's that counts (a cell's outcome is the
+    cell's, whichever attempt ran it); a superseded attempt's, or one planted without the job's key, is
+    replaced (and reported)."""
+    key = _key(folder, kind)
     try:
-        folder.store.put_chunks(key, chunks(), create=True)
+        folder.store.put_file(key, path, create=True, adopt=True)  # the attempt's file: never written again
         return
     except AlreadyExists:
         pass
@@ -74,4 +76,4 @@ def commit(folder: JobFolder, kind: str, path: Path, attempt: int) -> None:
         pass  # deleted meanwhile
     except sealed.Refused as exc:
         folder.report(f"{exc}; replacing it with attempt {attempt}'s")
-    folder.store.put_chunks(key, chunks())
+    folder.store.put_file(key, path, adopt=True)

@@ -10,13 +10,15 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 from typing import Any
 
 from ..protocol import signing
-from ..protocol.job import ENV_JOB_KEY, JobLayout, State, split_job_url
+from ..protocol.job import ENV_ATTEMPT, ENV_JOB_KEY, JobLayout, State, split_job_url
 from ..store import NotFound, open_store
-from . import preemption
-from .main import Agent, Identity, load_spec
+from . import preemption, spawn
+from .main import Agent, Identity, load_spec, pin_cpus
+from .runnerstart import Pipes, RunnerJob, serve
 from .shipper import Shipper
 
 
@@ -32,17 +34,61 @@ class _WakingShipper(Shipper):
             self.wake(b"L")
 
 
+class ReadyRunner:
+    """A runner forked while the session waits for a cell: its shell and hooks are set up before the cell
+    comes, and it is told its job down a pipe (agent/runnerstart.py)."""
+
+    def __init__(self) -> None:
+        pin_cpus()  # the session's CPUs, before the fork (a plain attempt's controller pins itself the same way)
+        os.environ.setdefault("IPYTHONDIR", os.path.join(os.getcwd(), "work", ".ipython"))
+        self.pipes = Pipes()
+        job_r, self.job_w = os.pipe()
+
+        def next_job() -> RunnerJob | None:
+            os.close(self.job_w)
+            with os.fdopen(job_r, "rb") as f:
+                line = f.readline()  # empty: the controller is gone without a cell
+            return RunnerJob.from_json(line) if line else None
+
+        self.pid = spawn.spawn(lambda: serve(self.pipes, next_job, ready=True), os.environ.get(ENV_ATTEMPT, ""))
+        os.close(job_r)
+
+    def start(self, job: RunnerJob) -> int:
+        """Tell the runner its job; returns its pid."""
+        with os.fdopen(self.job_w, "wb") as f:
+            f.write(job.to_json().encode() + b"\n")
+        return self.pid
+
+
 class SessionAgent(Agent):
-    """One cell's controller in a session: an ordinary attempt whose output also wakes the client."""
+    """One cell's controller in a session: an ordinary attempt whose output also wakes the client, and whose
+    runner was made ready before the cell came."""
 
     shipper_class = _WakingShipper
+    ready: ReadyRunner | None = None
+
+    def start_runner(self, job: RunnerJob) -> tuple[int, tuple[int, int, int]]:
+        ready, self.ready = self.ready, None
+        if ready is None:
+            return super().start_runner(job)
+        try:
+            pid = ready.start(job)
+        except OSError:  # it died waiting (killed): a runner of its own, as any attempt's
+            return super().start_runner(job)
+        reads, self.control.fd = ready.pipes.in_controller()
+        return pid, reads
 
     def write_status(self, **changes: Any) -> None:
-        """As any attempt's, except that a warm machine has nothing to provision: that step is not written
-        (its fields go with the next status)."""
-        if changes.get("state") == State.PROVISIONING:
-            for name, value in changes.items():
-                setattr(self.status, name, value)
+        """As any attempt's, except that a warm machine has nothing to provision: that step is not written (its
+        fields go with the next status); and the cell does not wait for the write that says it runs (a cell
+        of a few milliseconds would pay for it): a thread writes the status as it is then, whatever came since."""
+        state = changes.get("state")
+        if state in (State.PROVISIONING, State.RUNNING):
+            with self.status_lock:
+                for name, value in changes.items():
+                    setattr(self.status, name, value)
+            if state == State.RUNNING:
+                threading.Thread(target=super().write_status, name="nbburst-status", daemon=True).start()
             return
         super().write_status(**changes)
 
@@ -58,8 +104,9 @@ def _notify(conn: socket.socket, what: bytes) -> None:
         pass  # the client is gone or not reading: the Store has everything
 
 
-def control(conn: socket.socket, request: dict[str, Any]) -> int:
-    """In the forked controller: run the attempt as ``python -m nbburst.agent`` would, then say so."""
+def control(conn: socket.socket, request: dict[str, Any], ready: ReadyRunner | None = None) -> int:
+    """In the forked controller: run the attempt as ``python -m nbburst.agent`` would (its runner ``ready``),
+    then say so."""
     os.environ[ENV_JOB_KEY] = request["key"]
     root, job_id = split_job_url(request["job"])
     ident = Identity()
@@ -74,6 +121,7 @@ def control(conn: socket.socket, request: dict[str, Any]) -> int:
     if not store.exists(layout.terminal):
         agent = SessionAgent(store, layout, spec, ident)
         agent.shipper.wake = lambda what: _notify(conn, what)
+        agent.ready = ready
         preemption.install(agent)
         agent.run()
     _notify(conn, b"D")

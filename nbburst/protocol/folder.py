@@ -72,6 +72,10 @@ class JobFolder:
         """The version the object at ``key`` was sealed at, and its content, verified."""
         return sealed.open_versioned(self.key, self.job_id, self.place(key), self.store.get(key))
 
+    def get_view(self, key: str) -> tuple[int, memoryview]:
+        """:meth:`get_versioned` for big objects: read once into writable memory, verified, used in place."""
+        return sealed.open_view(self.key, self.job_id, self.place(key), self.store.get_buffer(key))
+
     def genuine(self, key: str, read: Callable[[str], object] | None = None) -> bool:
         """Whether a genuine object is at ``key`` (a record, or what ``read`` opens): one that does not open
         counts as none (and is reported)."""

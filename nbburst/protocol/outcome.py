@@ -62,11 +62,11 @@ class Overtaken(sealed.Refused):
     """A genuine verdict object of an attempt that a later attempt had superseded before it was written."""
 
 
-def verdict_object(folder: JobFolder, key: str) -> tuple[int, bytes]:
+def verdict_object(folder: JobFolder, key: str) -> tuple[int, memoryview]:
     """The verdict object at ``key`` (``result.pkl`` or ``error.pkl``) and the attempt that committed it, once
     it counts: sealed to its place under the job's key (else :class:`~.sealed.Refused`) by an attempt that still
     held the job when it wrote it (else :class:`Overtaken`); :class:`~..store.NotFound` if there is none."""
-    attempt, data = folder.get_versioned(key)
+    attempt, data = folder.get_view(key)
     if not fence.stands(folder, attempt, key):
         raise Overtaken(
             f"{folder.place(key)} of job {folder.job_id} was written by attempt {attempt} after attempt "

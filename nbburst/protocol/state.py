@@ -242,7 +242,7 @@ def _warnings_set(value: Any) -> None:
     warnings._filters_mutated()  # type: ignore[attr-defined]  # what filterwarnings() calls: drops cached decisions
 
 
-register("numpy.random", _numpy_get, _numpy_set, module="numpy")
+register("numpy.random", _numpy_get, _numpy_set, module="numpy.random")  # numpy imports it lazily
 register("random", _random_get, _random_set)
 register("sklearn.config", _sklearn_get, _sklearn_set, module="sklearn")
 register("pandas.options", _pandas_get, _pandas_set, module="pandas")

@@ -1,4 +1,5 @@
-"""REST handlers under ``/nbburst/api/``: jobs, one job, its logs, cancel, configuration; and under
+"""REST handlers under ``/nbburst/api/``: jobs, one job, its logs, cancel, warm sessions and their stop,
+configuration; and under
 ``/nbburst/dask/<job>/`` a thin proxy of a ``--workers`` job's Dask dashboard (GET only, and only to the
 address the job's verified cluster record names), so that the sidebar's link works where the browser cannot
 reach the scheduler's machine; when the server cannot reach it either, it redirects to the direct address.
@@ -21,6 +22,7 @@ from jupyter_server.utils import url_path_join
 from tornado import httpclient, web
 from tornado.ioloop import IOLoop
 
+from ..client.session import SessionGone
 from ..errors import BurstError, JobNotFound, UsageError
 from ..protocol.signing import SignatureError
 from .manager import JobsManager
@@ -59,7 +61,7 @@ class BurstHandler(APIHandler):
         executor: Executor = self.nbburst.executor
         try:
             return await IOLoop.current().run_in_executor(executor, fn, *args)
-        except JobNotFound as exc:
+        except (JobNotFound, SessionGone) as exc:
             raise ApiError(404, str(exc)) from None
         except SignatureError as exc:  # no key for the job here, or a forged object in its folder
             raise ApiError(403, f"cannot verify: {exc}") from None
@@ -130,6 +132,22 @@ class LogsHandler(BurstHandler):
         self.reply(await self.run(self.manager.logs, ref, attempt, offset))
 
 
+class SessionsHandler(BurstHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.reply({"sessions": await self.run(self.manager.sessions)})
+
+
+class SessionStopHandler(BurstHandler):
+    """POST ``sessions/<name>/stop``: end the session and its machine."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, name: str) -> None:
+        self.reply(await self.run(self.manager.stop_session, name))
+
+
 class ConfigHandler(BurstHandler):
     @web.authenticated
     @authorized
@@ -175,5 +193,7 @@ def handlers(base_url: str) -> list[tuple[str, type[BurstHandler]]]:
         (url_path_join(root, "jobs") + "/?", JobsHandler),
         (url_path_join(root, "jobs", r"(?P<ref>[^/]+)", "logs") + "/?", LogsHandler),
         (url_path_join(root, "jobs", r"(?P<ref>[^/]+)") + "/?", JobHandler),
+        (url_path_join(root, "sessions") + "/?", SessionsHandler),
+        (url_path_join(root, "sessions", r"(?P<name>[^/]+)", "stop") + "/?", SessionStopHandler),
         (url_path_join(root, "config") + "/?", ConfigHandler),
     ]

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from .. import config
 from ..client.burst import Burst, Job
+from ..client.session import SessionGone
 from ..errors import JobNotFound, UsageError
 from ..protocol import cluster
 from ..protocol.folder import JobFolder
@@ -190,6 +191,17 @@ class JobsManager:
                 _, old = self._chunk_text.popitem(last=False)
                 self._text_chars -= len(old)
         return text
+
+    # -- warm sessions ----------------------------------------------------------------------
+    def sessions(self) -> list[dict[str, Any]]:
+        """The warm sessions recorded in the state folder, each with its state, cells and cost so far."""
+        return sorted((s.info() for s in self.burst.sessions.all()), key=lambda i: i["started"], reverse=True)
+
+    def stop_session(self, name: str) -> dict[str, Any]:
+        """End a session and its machine; its last summary (state ``STOPPED``, the cost)."""
+        if name not in {s.name for s in self.burst.sessions.all()}:  # only a listed one: a name is no path
+            raise SessionGone(f"no session {name!r}")
+        return self.burst.sessions.stop(name)
 
     # -- configuration --------------------------------------------------------------------
     def config_values(self) -> dict[str, Any]:

@@ -85,6 +85,10 @@ class Store(abc.ABC):
     def get(self, key: str) -> bytes:
         """Return the bytes under ``key``; :class:`NotFound` if missing."""
 
+    def get_buffer(self, key: str) -> memoryview:
+        """The bytes under ``key`` as writable memory (a big object read once, then used in place)."""
+        return memoryview(bytearray(self.get(key)))
+
     @abc.abstractmethod
     def get_file(self, key: str, path: str | Path) -> None:
         """Download ``key`` into a local file (atomically replacing it)."""
@@ -156,8 +160,9 @@ class Store(abc.ABC):
                 pass  # written meanwhile by someone else: the same bytes
         return addr
 
-    def put_file(self, key: str, path: str | Path, *, create: bool = False) -> None:
-        """Upload a local file (streamed)."""
+    def put_file(self, key: str, path: str | Path, *, create: bool = False, adopt: bool = False) -> None:
+        """Upload a local file (streamed). ``adopt``: the caller never changes the file again, so a Store on
+        the same file system may take the file itself instead of a copy."""
         self.put_chunks(key, _read_chunks(Path(path)), create=create)
 
     def list_dirs(self, prefix: str) -> list[str]:

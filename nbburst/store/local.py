@@ -9,6 +9,7 @@ retries 5xx answers.
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import shutil
 import tempfile
@@ -131,15 +132,24 @@ class LocalStore(Store):
     def create(self, key: str, data: bytes) -> None:
         self.put_chunks(key, [data], create=True)
 
-    def put_file(self, key: str, path: str | Path, *, create: bool = False) -> None:
+    def put_file(self, key: str, path: str | Path, *, create: bool = False, adopt: bool = False) -> None:
+        """With ``adopt``, the file itself gets a second name when it is on the Store's file system (no copy),
+        else a copy."""
         target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
         os.close(fd)
         try:
-            shutil.copyfile(path, tmp)  # sendfile: the kernel copies, not Python
-        except BaseException:
             os.unlink(tmp)
+            try:
+                if not adopt:
+                    raise OSError
+                os.link(path, tmp)
+            except OSError:  # not adopted, another file system, or one without hard links
+                shutil.copyfile(path, tmp)  # sendfile: the kernel copies, not Python
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
             raise
         self._commit(key, Path(tmp), target, create)
 
@@ -147,6 +157,24 @@ class LocalStore(Store):
         path = self._path(key)
         try:
             return self.run_io(path.read_bytes)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise NotFound(f"{key} not found in {self.url}") from None
+
+    def get_buffer(self, key: str) -> memoryview:
+        """Read straight into page-aligned anonymous memory: one copy, and arrays can live in it."""
+        path = self._path(key)
+
+        def read() -> memoryview:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                view = memoryview(mmap.mmap(-1, max(size, 1)))[:size]
+                got = 0
+                while got < size and (n := f.readinto(view[got:])):
+                    got += n
+                return view[:got]
+
+        try:
+            return self.run_io(read)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise NotFound(f"{key} not found in {self.url}") from None
 
