@@ -69,6 +69,19 @@ def test_cells_run_on_the_one_warm_machine_and_unchanged_inputs_stay_put(burst):
     assert machine_name(second.id) not in machines
 
 
+def test_a_cell_that_changes_a_held_input_in_place_changes_only_its_own_copy(burst):
+    """The held bytes are the parent's: a cell writing into its input (then failing, so nothing comes back)
+    leaves them as they were for the next cell."""
+    burst.sessions.start(cores=1, idle="5m", timeout="10m", preload=["numpy"])
+    ns: dict[str, Any] = {"big": np.zeros(1 << 18)}
+    assert run(burst, "first = float(big.sum())", ns).state == State.SUCCEEDED
+    spoiled = run(burst, "big[:] = 7.0\nraise ValueError('after writing into its input')", ns)
+    assert spoiled.state == State.FAILED and not ns["big"].any(), "the kernel's array is as it was"
+    again = run(burst, "again = float(big.sum())", ns)
+    assert again.state == State.SUCCEEDED, again.logs()
+    assert ns["again"] == 0.0, "the next cell reads the input as the kernel has it"
+
+
 def test_a_crash_or_a_timeout_does_not_poison_the_next_cell(burst):
     session = burst.sessions.start(cores=1, idle="5m", timeout="10m", preload=[])
     ns: dict[str, Any] = {}

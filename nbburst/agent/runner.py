@@ -89,6 +89,12 @@ class Prepared:
         except BaseException as exc:  # raised as the cell's, once the runner knows its job
             self.shell, self.problem = None, exc
 
+    def warm_up(self) -> None:
+        """Run nothing once, silently and out of the history, so that what IPython sets up on a shell's first
+        cell is done before the cell comes (a runner made ready ahead)."""
+        if self.shell is not None:
+            self.shell.run_cell("pass", store_history=False, silent=True)
+
     def shell_for(self, filename: str) -> ZMQInteractiveShell:
         if self.problem is not None:
             raise self.problem

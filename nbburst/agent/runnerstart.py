@@ -92,6 +92,8 @@ def serve(pipes: Pipes, next_job: Callable[[], RunnerJob | None], ready: bool = 
     channel, control_fd = pipes.in_runner()
     try:
         prepared = Prepared(channel) if ready else None
+        if prepared is not None:
+            prepared.warm_up()
         job = next_job()
         if job is None:
             return EXIT_ORPHANED

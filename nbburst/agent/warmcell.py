@@ -21,6 +21,9 @@ from .main import Agent, Identity, load_spec, pin_cpus
 from .runnerstart import Pipes, RunnerJob, serve
 from .shipper import Shipper
 
+#: How long a session's cell runs before its status says so (the heartbeat, the verdict say it anyway).
+RUNNING_NOTE_SECONDS = 0.2
+
 
 class _WakingShipper(Shipper):
     """Ships like any attempt, and tells the waiting client each time a chunk is out."""
@@ -66,6 +69,7 @@ class SessionAgent(Agent):
 
     shipper_class = _WakingShipper
     ready: ReadyRunner | None = None
+    running_note: threading.Timer | None = None
 
     def start_runner(self, job: RunnerJob) -> tuple[int, tuple[int, int, int]]:
         ready, self.ready = self.ready, None
@@ -80,16 +84,20 @@ class SessionAgent(Agent):
 
     def write_status(self, **changes: Any) -> None:
         """As any attempt's, except that a warm machine has nothing to provision: that step is not written (its
-        fields go with the next status); and the cell does not wait for the write that says it runs (a cell
-        of a few milliseconds would pay for it): a thread writes the status as it is then, whatever came since."""
+        fields go with the next status); and a cell of a few milliseconds does not pay for the write that says
+        it runs: that status is written a moment later, as it is then, unless another status came first."""
         state = changes.get("state")
         if state in (State.PROVISIONING, State.RUNNING):
             with self.status_lock:
                 for name, value in changes.items():
                     setattr(self.status, name, value)
             if state == State.RUNNING:
-                threading.Thread(target=super().write_status, name="nbburst-status", daemon=True).start()
+                self.running_note = threading.Timer(RUNNING_NOTE_SECONDS, super().write_status)
+                self.running_note.daemon = True
+                self.running_note.start()
             return
+        if self.running_note is not None:
+            self.running_note.cancel()
         super().write_status(**changes)
 
     def sweep(self, attempts: Any) -> None:

@@ -172,12 +172,18 @@ def assemble(bodies: list[tuple[memoryview, list[memoryview]]]) -> Encoded:
     return Encoded(parts)
 
 
+def private_memory(size: int) -> mmap.mmap:
+    """Page-aligned writable memory of this process alone: a forked child that writes into it writes into its
+    own copy (a shared anonymous map would change it for the parent and every other child too)."""
+    return mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+
+
 def aligned(data: bytes | bytearray | memoryview) -> memoryview:
     """``data`` as writable memory starting at a 64-byte boundary: itself if it already is, else a copy."""
     view = _bytes_view(memoryview(data))
     if not view.readonly and view.nbytes and ctypes.addressof(ctypes.c_char.from_buffer(view)) % ALIGN == 0:
         return view
-    copy = memoryview(mmap.mmap(-1, max(view.nbytes, 1)))[: view.nbytes]  # anonymous maps are page-aligned
+    copy = memoryview(private_memory(view.nbytes))[: view.nbytes]
     copy[:] = view
     return copy
 

@@ -167,7 +167,8 @@ class LocalStore(Store):
         def read() -> memoryview:
             with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
-                view = memoryview(mmap.mmap(-1, max(size, 1)))[:size]
+                # private: what a forked child writes into it stays its own
+                view = memoryview(mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))[:size]
                 got = 0
                 while got < size and (n := f.readinto(view[got:])):
                     got += n
