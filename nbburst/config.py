@@ -85,6 +85,18 @@ class NBBurst(Configurable):
         help="Local backend: a submission starts a background supervisor (one per Store) that relaunches "
         "preempted jobs while no notebook waits for them, and exits once they have all ended.",
     ).tag(config=True)
+    watcher = Bool(
+        True,
+        help="gce: a submission makes sure a watcher runs for its Store: a small standard VM that relaunches "
+        "preempted jobs while no notebook runs (the laptop may be closed), and deletes itself once none is left.",
+    ).tag(config=True)
+    watcher_machine_type = Unicode("e2-small", help="gce: machine type of the watcher VM.").tag(config=True)
+    watcher_idle = Unicode(
+        "10m", help="gce: the watcher VM deletes itself once it has seen no unfinished job for this long."
+    ).tag(config=True)
+    watcher_interval = Float(10.0, help="gce: seconds between the watcher's rounds over the Store's jobs.").tag(
+        config=True
+    )
     owner = Unicode("", help="Owner label on machines (default: the user name).").tag(config=True)
     poll_interval = Float(0.25, help="Seconds between status polls while a cell waits.").tag(config=True)
     prices = Dict(help="Price overrides merged over nbburst.protocol.pricing.DEFAULT_TABLE (same shape).").tag(
@@ -181,6 +193,7 @@ def set_value(settings: NBBurst, name: str, value: Any, source: str) -> None:
 
 def _check(settings: NBBurst) -> None:
     parse_duration(settings.timeout, "timeout")
+    parse_duration(settings.watcher_idle, "watcher_idle")
     parse_budget(settings.budget)
 
 

@@ -43,14 +43,16 @@ def shellcheck() -> str:
 def assembled() -> dict[str, str]:
     return {
         "startup": vm.startup_script(),
+        "session": vm.session_startup_script(),
         "shutdown": vm.shutdown_script(),
         "build": build_script("3.11"),
+        "watch": vm.watcher_script(),
     }
 
 
 def test_the_folder_holds_the_programs():
-    assert {p.name for p in PYTHON_PROGRAMS} == {"bootstrap.py", "bake.py", "vmlib.py"}
-    assert {p.name for p in SHELL_PARTS} == {"prelude.sh", "startup.sh", "shutdown.sh", "build.sh"}
+    assert {p.name for p in PYTHON_PROGRAMS} == {"bootstrap.py", "bake.py", "vmlib.py", "watchboot.py"}
+    assert {p.name for p in SHELL_PARTS} == {"prelude.sh", "startup.sh", "shutdown.sh", "build.sh", "watch.sh"}
 
 
 def test_python_programs_pass_ruff():
@@ -87,7 +89,7 @@ def test_shell_parts_pass_shellcheck():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("name", ["startup", "shutdown", "build"])
+@pytest.mark.parametrize("name", ["startup", "shutdown", "build", "watch"])
 def test_assembled_scripts_parse_and_pass_shellcheck(name, tmp_path):
     path = tmp_path / f"{name}.sh"
     path.write_text(assembled()[name])

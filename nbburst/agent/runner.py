@@ -68,6 +68,11 @@ def _trim(tb, filename: str):
     return head or tb
 
 
+def kernel_namespace() -> dict[str, Any]:
+    """A fresh user namespace, as a kernel's: `print(__doc__)` in a notebook prints IPython's module docstring."""
+    return {"__name__": "__main__", "__builtins__": builtins, "__doc__": _KERNEL_DOC}
+
+
 class Prepared:
     """What a runner sets up before it knows its job: the reporting hooks, the cell's namespace, the
     shell over it. A session's controller prepares its runner while it waits for a cell (agent/warmcell.py)."""
@@ -80,20 +85,21 @@ class Prepared:
         reporting.connect(channel)
         install_tqdm_hook()
         install_joblib_hook()
-        # As in a kernel's user namespace: `print(__doc__)` in a notebook prints IPython's module docstring.
-        self.ns: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins, "__doc__": _KERNEL_DOC}
+        self.ns = kernel_namespace()
         sys.stdout, sys.stderr = ChannelStream(channel, "stdout", 1), ChannelStream(channel, "stderr", 2)
         self.problem: BaseException | None = None
         try:  # before the inputs: unpickling may import matplotlib
             self.shell: ZMQInteractiveShell | None = start_shell(self.ns, channel, "<cell>")
+            self.ns = self.shell.user_ns  # the same, or the fresh one of the shell a warm parent made ahead
         except BaseException as exc:  # raised as the cell's, once the runner knows its job
             self.shell, self.problem = None, exc
 
     def warm_up(self) -> None:
-        """Run nothing once, silently and out of the history, so that what IPython sets up on a shell's first
-        cell is done before the cell comes (a runner made ready ahead)."""
+        """Run nothing once, silently and out of the history: what a first cell touches in this process (its
+        copy of the warm parent's shell and modules, copied page by page when first written) is then ready
+        when the cell comes."""
         if self.shell is not None:
-            self.shell.run_cell("pass", store_history=False, silent=True)
+            self.shell.execute_silently("pass")
 
     def shell_for(self, filename: str) -> ZMQInteractiveShell:
         if self.problem is not None:

@@ -367,18 +367,6 @@ def _end_leftovers(keep: set[int]) -> None:
             return
 
 
-def _warm_shell() -> None:
-    """Make and run an IPython shell once, and let it go: what it imports and compiles on first use (the
-    completer, the inspector, the input transformers' patterns) is then ready in every cell's process,
-    which makes its own shell (agent/shell.py) over its own namespace."""
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
-
-    shell = InteractiveShell.instance(config=Config({"HistoryManager": {"enabled": False}}))
-    shell.run_cell("pass", store_history=False)
-    InteractiveShell.clear_instance()
-
-
 def _listen(path: str) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(path)
@@ -418,7 +406,10 @@ def main(argv: list[str]) -> int:
         if time.time() >= args.until:
             break  # serve() ends the session at once
         imports.import_all([name])
-    _warm_shell()
+    from .runner import kernel_namespace
+    from .shell import make_ahead
+
+    make_ahead(kernel_namespace())  # every cell's process takes over a copy of it
     parent = WarmParent(cells, control, token, args.idle, args.until)
     try:
         parent.serve()

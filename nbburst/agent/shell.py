@@ -182,6 +182,10 @@ class ZMQInteractiveShell(InteractiveShell):
         sys.stdout.flush()
         print(self.InteractiveTB.stb2text(stb), file=sys.stderr, flush=True)
 
+    def execute_silently(self, code: str) -> None:
+        """Run ``code`` as :meth:`execute` does, but silently and out of the history (no ``Out``, no count)."""
+        asyncio.run(self.run_cell_async(code, store_history=False, silent=True, transformed_cell=code))
+
     def execute(self, code: str) -> ExecutionResult:
         """Run ``code`` as ipykernel runs a cell: inside a running event loop, awaited when it awaits."""
         return asyncio.run(self._execute(code))
@@ -198,13 +202,26 @@ class ZMQInteractiveShell(InteractiveShell):
         return self.run_cell(code, store_history=True)
 
 
+def _make(ns: dict[str, Any]) -> ZMQInteractiveShell:
+    config = Config({"IPKernelApp": {}, "HistoryManager": {"enabled": False}})
+    return ZMQInteractiveShell.instance(config=config, user_ns=ns)
+
+
+def make_ahead(ns: dict[str, Any]) -> None:
+    """In a session's warm parent: make the shell every cell's process starts from (a copy of it, by the
+    fork), over the fresh namespace ``ns``, and run nothing once in it, silently, so that what IPython sets
+    up on a first cell is done once. No cell ever runs in the parent's own."""
+    _make(ns).execute_silently("pass")
+
+
 def start(ns: dict[str, Any], channel: Channel, cell_name: str) -> ZMQInteractiveShell:
     """Make this process's IPython over ``ns`` (the cell's namespace, filled later) before anything
-    imports matplotlib or asks ``get_ipython()``; widgets created from now on publish through ``channel``."""
+    imports matplotlib or asks ``get_ipython()``; widgets created from now on publish through ``channel``.
+    In a session's cell, the shell the warm parent made ahead (:func:`make_ahead`) is taken over instead,
+    with its own fresh namespace: the cell's namespace is the returned shell's ``user_ns``."""
     comm.create_comm = functools.partial(_Comm, channel)
     sys.meta_path.insert(0, _IpykernelFirst())
-    config = Config({"IPKernelApp": {}, "HistoryManager": {"enabled": False}})
-    shell = ZMQInteractiveShell.instance(config=config, user_ns=ns)
+    shell = ZMQInteractiveShell.instance() if ZMQInteractiveShell.initialized() else _make(ns)
     shell.channel = channel
     shell.builtin_trap.__enter__()  # get_ipython() as a builtin from now on: imports before the cell see a kernel
     shell.compile.cell_name = cell_name

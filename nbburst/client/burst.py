@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import linecache
+import logging
 import sys
 import threading
 import time
@@ -167,6 +168,14 @@ class Burst:
         job.launch(attempt=1)
         if self.settings.background_supervisor and not backends.is_remote(options.backend):
             background.ensure(self.settings, store.url)  # machines that only a supervisor on this computer relaunches
+        watch = getattr(machines, "ensure_watcher", None)  # a cloud's own supervisor: relaunches with the laptop shut
+        if callable(watch):
+            try:
+                watch(store, spec)
+            except Exception as exc:  # the job runs; only its relaunch while no notebook runs is at stake
+                logging.getLogger("nbburst").warning(
+                    "nbburst: job %s: no watcher relaunches it while no notebook runs: %s", job_id, exc
+                )
         return job
 
     def _write_job(

@@ -16,6 +16,10 @@ One per Store and state folder: it holds an exclusive lock (``flock``) on
 one exits at once, and ``ensure`` checks that lock before it starts one. It
 is one more supervisor among the others (the kernel's fast path, the server):
 the job's lease keeps them from relaunching the same attempt twice.
+
+On Compute Engine the same loop runs on Google's side, on the Store's watcher
+VM (:mod:`.watch`, :mod:`nbburst.machines.gce.watcher`), so that a detached job
+survives with the laptop closed.
 """
 
 from __future__ import annotations
@@ -26,18 +30,29 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .. import config
 from ..store.base import elapsed
 from .background import lock_path
 
+if TYPE_CHECKING:
+    from .burst import Burst
+
 INTERVAL_SECONDS = 1.0
 IDLE_SECONDS = 20.0
 
 
-def serve(interval: float = INTERVAL_SECONDS, idle: float = IDLE_SECONDS) -> int:
+def serve(
+    interval: float = INTERVAL_SECONDS,
+    idle: float = IDLE_SECONDS,
+    before_round: Callable[[Burst], None] | None = None,
+    stopping: threading.Event | None = None,
+) -> int:
     """The daemon itself: supervise until idle, told to stop, or its state folder is gone. Exits at once when
-    another one runs."""
+    another one runs. ``before_round``: called before each round (the watcher VM fetches job keys there);
+    ``stopping``: set on SIGTERM (the caller may look at it afterwards)."""
     settings = config.load()
     lock = lock_path(settings, config.store_url(settings))
     lock.parent.mkdir(parents=True, exist_ok=True)
@@ -46,7 +61,7 @@ def serve(interval: float = INTERVAL_SECONDS, idle: float = IDLE_SECONDS) -> int
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken first thing: a stop finds who to stop
     except BlockingIOError:
         return 0  # another one runs
-    stopping = threading.Event()
+    stopping = stopping or threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     from .burst import Burst
     from .supervisor import Supervisor, run_once
@@ -61,6 +76,8 @@ def serve(interval: float = INTERVAL_SECONDS, idle: float = IDLE_SECONDS) -> int
             os.ftruncate(fd, 0)  # every round: a submitter that raced to start another one may have written here
             os.pwrite(fd, str(os.getpid()).encode(), 0)
             try:
+                if before_round is not None:
+                    before_round(burst)
                 run_once(burst, supervisors, ended=ended)
             except Exception as exc:  # the Store is unreachable for now: the next round tries again
                 print(f"nbburst supervise: {type(exc).__name__}: {exc}", flush=True)

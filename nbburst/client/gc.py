@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol.job import BLOBS_PREFIX, jobs_prefix
+from ..protocol.job import BLOBS_PREFIX, JobLayout, jobs_prefix
 from ..protocol.signing import KeyRing
 from ..store import NotFound, Store
 from ..store.base import CLOCK_PREFIX
@@ -189,3 +189,21 @@ def _addresses(value: Any) -> Iterator[str]:
     elif isinstance(value, list):
         for item in value:
             yield from _addresses(item)
+
+
+# -- machines beside the jobs ----------------------------------------------------------------------
+
+
+def idle_watchers(machines: Any, store: Store) -> list[str]:
+    """Names of the watcher VMs of ``store`` (Compute Engine, see :mod:`nbburst.machines.gce.watcher`) while
+    ``store`` has no unfinished job: nothing is left for them to relaunch. Watchers of other Stores are not
+    judged here; a backend without watchers has none."""
+    watchers = getattr(machines, "watchers", None)
+    mine = watchers.of(store.url) if watchers is not None else []
+    if not mine:
+        return []
+    for name in store.list_dirs(jobs_prefix()):
+        layout = JobLayout(name)
+        if store.exists(layout.spec) and not store.exists(layout.terminal):
+            return []
+    return mine

@@ -6,7 +6,8 @@ cell promises; only its start differs: instead of launching a machine, the
 client hands the claimed attempt to the session's warm parent over a Unix
 socket, and waits on that connection, which the cell's controller writes to
 when it has shipped output and when the attempt is over (the Store stays the
-record; the client reads everything from it).
+record; the client reads everything from it). A Compute Engine session's VM has no
+socket the notebook reaches: its cells go through the Store instead (client/sessionstore.py).
 
 Sessions are recorded in the state folder (``sessions/<name>.json``, readable
 by this user only: it holds the session's token). A session whose machine
@@ -36,6 +37,7 @@ from ..options import Options
 from ..protocol import pricing
 from ..protocol.durations import parse_duration
 from ..protocol.job import Resources
+from . import sessionstore
 
 if TYPE_CHECKING:
     from .burst import Burst, Job
@@ -123,6 +125,8 @@ class Session:
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         """A request the warm parent answers with a line of JSON (its state; ``stop``)."""
+        if sessionstore.relayed(self.sessions.burst, self.record.backend):
+            return sessionstore.ask(self, request)
         with self.connect(self.record.control) as conn:
             conn.settimeout(ASK_SECONDS)  # a parent still warming up (or ending) answers nothing
             conn.sendall(json.dumps({"token": self.record.token, **request}).encode() + b"\n")
@@ -140,6 +144,8 @@ class Session:
 
     def launch(self, job: Job, attempt: int) -> None:
         """Hand the claimed ``attempt`` of ``job`` to the warm parent; ``job.wait`` then wakes on its news."""
+        if sessionstore.relayed(self.sessions.burst, self.record.backend):
+            return sessionstore.launch(self, job, attempt)
         conn, self.pending = self.pending or self.connect(), None
         request = {"token": self.record.token, "job": job.url, "key": job.key().hex(), "attempt": attempt}
         conn.sendall(json.dumps(request).encode() + b"\n")
@@ -243,7 +249,7 @@ class Sessions:
         backend = backend or self.burst.settings.backend
         machines = self.burst.machines(backend)
         if not hasattr(machines, "launch_session"):
-            raise UnsupportedOption(f"sessions run on the local backend for now, not on {backend!r}")
+            raise UnsupportedOption(f"sessions run on the local and gce backends, not on {backend!r}")
         plan = machines.plan(Resources(cores=cores))
         pricing.price_plan(plan, backend, self.burst.settings)
         now = time.time()
@@ -269,6 +275,10 @@ class Sessions:
 
     def _boot(self, record: SessionRecord) -> None:
         """Start the record's machine and wait until it listens."""
+        if sessionstore.relayed(self.burst, record.backend):  # no socket of its machine is reachable
+            record.machine = sessionstore.machine_for(record)
+            self._save(record)
+            return sessionstore.boot(self.burst, record)
         folder = tempfile.mkdtemp(prefix="nbb-")  # a folder only this user enters
         record.socket, record.control = os.path.join(folder, "cells"), os.path.join(folder, "control")
         record.machine = machine_name(record.session_id)
@@ -306,6 +316,8 @@ class Sessions:
         return info
 
     def _end_machine(self, record: SessionRecord) -> None:
+        if sessionstore.relayed(self.burst, record.backend):
+            return sessionstore.end(self.burst, record)
         self.burst.machines(record.backend).delete(record.machine)
         shutil.rmtree(os.path.dirname(record.socket), ignore_errors=True)  # its sockets' folder
 
@@ -328,8 +340,11 @@ class Sessions:
         session = self.get(name)
         record = session.record
         try:
-            session.pending = session.connect()  # up; the cell goes down this connection (Session.launch)
-            return session
+            if not sessionstore.relayed(self.burst, record.backend):
+                session.pending = session.connect()  # up; the cell goes down this connection (Session.launch)
+                return session
+            if sessionstore.up(session):
+                return session
         except OSError:
             pass
         self._end_machine(record)  # whatever is left of it

@@ -125,7 +125,10 @@ class KeyRing:
         return self.folder / f"{job_id}.key"
 
     def create(self, job_id: str, store: str = "") -> bytes:
-        key = new_key()
+        return self.add(job_id, new_key(), store)
+
+    def add(self, job_id: str, key: bytes, store: str = "") -> bytes:
+        """Keep ``key`` for ``job_id`` (made elsewhere: the watcher VM reads it from the job's secret); once."""
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(self._path(job_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:

@@ -10,8 +10,9 @@
 - ``secretmanager_emulator``: a Secret Manager stand-in per test (:mod:`nbburst.testing.secretmanager`), which
   the compute emulator's instances reach as well.
 - ``emulator_env``: the three emulators plus the NBBURST_* variables pointing nbburst at them,
-  set in os.environ for the test; returns the dict. The bucket's policy lets the project's default
-  compute service account (what VMs run as) use it, as ``nbburst setup`` does.
+  set in os.environ for the test; returns the dict. The Store's watcher VM (machines/gce/watcher.py) is off
+  (``NBBURST_WATCHER=false``), so that a test's jobs boot only their own VMs. The bucket's policy lets the
+  project's default compute service account (what VMs run as) use it, as ``nbburst setup`` does.
 
 ``pytest --compute-conformance`` also checks, at the teardown of every ``compute_emulator``, each
 request Google's client libraries sent it against Compute Engine's discovery document
@@ -107,6 +108,7 @@ def emulator_env(monkeypatch, compute_emulator, gcs_emulator, gcs_bucket, secret
         "NBBURST_ROOT": f"gs://{gcs_bucket}/nbburst",
         "NBBURST_BACKEND": "gce",
         "GOOGLE_CLOUD_PROJECT": compute_emulator.project,
+        "NBBURST_WATCHER": "false",  # no watcher VM per test: a test of the watcher turns it on
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)

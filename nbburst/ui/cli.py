@@ -263,7 +263,7 @@ def cmd_preempt(args: argparse.Namespace) -> int:
     job.preempt(args.grace)
     print(
         f"preempted the machine of job {job.name}; a supervisor relaunches it "
-        f"(a waiting notebook cell, the Jupyter server, or `nbburst supervise`)"
+        f"(a waiting notebook cell, the Jupyter server, `nbburst supervise`, or on Compute Engine the watcher VM)"
     )
     return EXIT_OK
 
@@ -294,6 +294,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
             continue
         problems += _gc_machines(args, burst, backend, machines, store, listed, verb, done)
         problems += _gc_held_keys(args, burst, backend, machines, store, verb, done)
+        problems += _gc_watchers(args, backend, machines, store, verb, done)
         if store.url in stores:
             continue  # two backends, one Store: swept once
         stores[store.url] = store
@@ -329,6 +330,8 @@ def _gc_machines(
         owner = m.labels.get("nbburst-owner")
         if owner and _as_label(owner) != me and not args.any_owner:
             continue  # someone else's machine: their gc, not ours
+        if m.labels.get("nbburst-session") == "1":
+            continue  # a warm session's VM ends itself (idle, its limit); `nbburst sessions --stop` ends it
         why = _job_over(burst, store, job_id, f"machine {m.name}")
         if why is None:
             continue
@@ -341,6 +344,32 @@ def _gc_machines(
                 continue
         done["machine"] = done.get("machine", 0) + 1
         print(f"{verb} machine {m.name} ({backend}): {why}")
+    return problems
+
+
+def _gc_watchers(
+    args: argparse.Namespace, backend: str, machines: Any, store: Any, verb: str, done: dict[str, int]
+) -> int:
+    """Delete the watcher VMs of ``store`` once it has no unfinished job (see :func:`gc.idle_watchers`); returns
+    how many deletions failed."""
+    from ..client import gc
+
+    problems = 0
+    try:
+        idle = gc.idle_watchers(machines, store)
+    except Exception as exc:
+        print(f"nbburst: could not list the {backend} backend's watchers: {exc}", file=sys.stderr)
+        return 1
+    for name in idle:
+        if not args.dry_run:
+            try:
+                machines.watchers.delete(name)
+            except Exception as exc:
+                print(f"nbburst: could not delete the watcher {name}: {exc}", file=sys.stderr)
+                problems += 1
+                continue
+        done["watcher"] = done.get("watcher", 0) + 1
+        print(f"{verb} watcher {name} ({backend}): no unfinished job in {store.url}")
     return problems
 
 

@@ -9,8 +9,10 @@ token (``nbburst/machines/gce/vm/vmlib.py``). The secret is deleted when the cli
 (:meth:`KeySecrets.delete`, from ``GCEMachines.cleanup``) or by ``nbburst gc`` once its job has ended or is
 unknown (:meth:`KeySecrets.held`).
 
-Who can read the key, then: the VM's service account, and principals with ``secretmanager.versions.access`` on
-the project (Owner, Editor, Secret Manager Admin/Accessor), who could run code as the VM's account anyway.
+Who can read the key, then: the VM's service account (the job's VMs, and the Store's watcher VM, which runs as
+the same account and reads the keys of the jobs it relaunches: :meth:`KeySecrets.read`), and principals with
+``secretmanager.versions.access`` on the project (Owner, Editor, Secret Manager Admin/Accessor), who could run
+code as the VM's account anyway.
 
 The caller needs the Secret Manager API enabled and ``roles/secretmanager.admin`` on the project (create, set
 the IAM policy, add a version, delete); :meth:`KeySecrets.check` says so before a launch and in ``nbburst doctor``.
@@ -42,8 +44,13 @@ class KeySecrets:
     """Job keys as Secret Manager secrets of one project (an emulator at ``endpoint``, reached with the
     credentials ``credentials()`` gives; Google's API otherwise)."""
 
-    def __init__(self, endpoint: str, project: Callable[[], str], credentials: Callable[[], Any]):
+    def __init__(
+        self, endpoint: str, project: Callable[[], str], credentials: Callable[[], Any], authenticated: bool = False
+    ):
+        """``authenticated``: send ``credentials()`` to an emulator too (a VM's token, whose service account the
+        emulator checks), instead of anonymous credentials."""
         self.endpoint = (endpoint or "").rstrip("/")
+        self.authenticated = authenticated
         self._project = project
         self._credentials = credentials
         self._client: Any = None
@@ -58,8 +65,8 @@ class KeySecrets:
             if self.endpoint:
                 from google.auth.credentials import AnonymousCredentials
 
-                kwargs["credentials"] = AnonymousCredentials()
                 kwargs["client_options"] = {"api_endpoint": self.endpoint}
+                kwargs["credentials"] = self._credentials() if self.authenticated else AnonymousCredentials()
             else:
                 kwargs["credentials"] = self._credentials()
             self._client = secretmanager_v1.SecretManagerServiceClient(**kwargs)
@@ -102,9 +109,25 @@ class KeySecrets:
 
                 payload = {"data": key.hex().encode(), "data_crc32c": google_crc32c.value(key.hex().encode())}
                 self.client.add_secret_version(request={"parent": name, "payload": payload}, timeout=30)
+        except (gexc.Forbidden, gexc.PermissionDenied) as exc:  # the watcher VM relaunching: it may read, not manage
+            if self.read(job_id) != key:
+                raise BurstError(f"{what}: {_explain(exc, self._project())}") from None
         except gexc.GoogleAPICallError as exc:
             raise BurstError(f"{what}: {_explain(exc, self._project())}") from None
         return name
+
+    def read(self, job_id: str) -> bytes | None:
+        """Job ``job_id``'s key, as the VM's service account reads it (the watcher VM, see
+        :mod:`~nbburst.machines.gce.watcher`); None when these credentials may not read it or it is gone."""
+        from google.api_core import exceptions as gexc
+
+        try:
+            found = self.client.access_secret_version(
+                request={"name": self.name(job_id) + "/versions/latest"}, timeout=30
+            )
+            return bytes.fromhex(found.payload.data.decode())
+        except (gexc.Forbidden, gexc.PermissionDenied, gexc.NotFound, gexc.BadRequest, ValueError):
+            return None
 
     def _grant(self, name: str, member: str) -> None:
         from google.api_core import exceptions as gexc

@@ -45,7 +45,7 @@ from typing import Any
 from ... import config
 from ...errors import BurstError, UsageError
 from ...protocol import budget, dist, envcache, pricing, signing
-from ...protocol.job import JobLayout, JobSpec, Resources, split_job_url
+from ...protocol.job import JobLayout, JobSpec, Resources, job_url, split_job_url
 from ...protocol.metadata import metadata as _md
 from ...protocol.metadata import on_gce
 from ...store import NotFound
@@ -71,6 +71,7 @@ from . import keysecret as gce_keysecret
 from . import prices as gce_prices
 from . import types as gce_types
 from . import vm
+from . import watcher as gce_watcher
 
 log = logging.getLogger("nbburst.gce")
 
@@ -148,6 +149,9 @@ DASK_TAG = "nbburst-dask"
 class GCEMachines(Machines):
     backend = "gce"
     scale_out = True  # worker VMs (launch_worker)
+    relays_sessions = True  # a session's cells come through the Store (launch_session, agent/sessionrelay.py)
+    #: A session's VM: maxRunDuration = the session's time left + this margin (its warm parent ends first).
+    session_margin_s = 60.0
     #: maxRunDuration = the job's time left + this margin (boot, install, the agent's own ending).
     run_margin_s = 600.0
     min_run_s = 30
@@ -159,6 +163,7 @@ class GCEMachines(Machines):
         self.key_secrets = gce_keysecret.KeySecrets(
             settings.secretmanager_endpoint, lambda: self.project, self.api.credentials
         )
+        self.watchers = gce_watcher.Watchers(self)  # the Store's watcher VM: relaunches with the laptop closed
         self._zones: dict[str, str] = {}  # machine name -> zone
         self._buckets_ok: set[str] = set()
         self._stores: dict[str, Any] = {}
@@ -563,6 +568,56 @@ class GCEMachines(Machines):
             self.delete(worker_name(spec.job_id, index), wait=True)
         return self.launch(spec, job_url, key, attempt, worker=index)
 
+    def launch_session(
+        self, session_id: str, machine: str, plan: dict[str, Any], secret: bytes, settings: dict[str, Any]
+    ) -> str:
+        """Start warm session ``session_id``'s VM ``machine`` (client/sessionstore.py): a job VM's image,
+        environment (what ``settings["preload"]`` needs) and account, whose startup runs the session's relay and
+        warm parent (agent/sessionrelay.py) with ``settings`` (idle, until, preload, boot) in its metadata; the
+        session's ``secret`` reaches it as a job key does (Secret Manager). Spot as planned, deleted at the
+        session's limit (maxRunDuration) or when it ends itself."""
+        from google.cloud import compute_v1
+
+        root = self.check_store()
+        owner = config.owner(self.settings)
+        left = settings["until"] - time.time()
+        spec = JobSpec(
+            job_id=session_id,
+            name=f"session {session_id}",
+            backend=self.backend,
+            kind="session",
+            resources=Resources(cores=plan.get("cores")),
+            timeout_s=left,
+            max_restarts=0,
+            outputs=None,
+            owner=owner,
+            plan=plan,
+        )
+        preload = list(settings.get("preload") or [])
+        self._publish_environment(self.store_for(root), JobLayout(session_id), secret, "", preload, plan)
+        key_secret = self.key_secrets.put(session_id, secret, self.service_account_email(), owner)
+        tried = []
+        for zone in self._launch_zones(spec, plan):
+            resource = self.instance_resource(spec, job_url(root, session_id), key_secret, 1, zone, plan, plan["spot"])
+            resource.name, resource.description = machine, f"nbburst warm session {session_id}"
+            resource.labels["nbburst-session"] = "1"
+            items = {i.key: i.value for i in resource.metadata.items if i.key != "shutdown-script"}
+            items["startup-script"] = vm.session_startup_script()
+            items["nbburst-session"] = json.dumps(settings)
+            resource.metadata = gce_api.instance_metadata(items)
+            resource.scheduling.instance_termination_action = "DELETE"
+            resource.scheduling.max_run_duration = compute_v1.Duration(
+                seconds=int(max(self.min_run_s, left + self.session_margin_s))
+            )
+            try:
+                self._create(zone, resource)
+            except (NoCapacity, _NotOffered) as exc:
+                tried.append(str(exc))
+                continue
+            self._zones[machine] = zone
+            return machine
+        raise NoCapacity(f"no zone could start the session's VM: {'; '.join(tried)}")
+
     def launch(
         self,
         spec: JobSpec,
@@ -643,7 +698,13 @@ class GCEMachines(Machines):
             modules = list(json.loads(store.get(layout.inputs)).get("modules", {}).values())
         except Exception:
             modules = []
-        environment = self.environment(code, modules, spec.plan)
+        self._publish_environment(store, layout, key, code, modules, spec.plan)
+
+    def _publish_environment(
+        self, store: Any, layout: JobLayout, key: bytes, code: str, modules: list[str], plan: dict[str, Any]
+    ) -> None:
+        """The signed manifest of what a VM of ``plan`` installs to run ``code`` with ``modules``."""
+        environment = self.environment(code, modules, plan)
         dist.check(environment, code, modules)
         if environment.unavailable:
             log.warning(
@@ -783,9 +844,19 @@ class GCEMachines(Machines):
         """The job ended: delete its VM unless it is gone or being deleted already (the agent deletes its own;
         a VM that could only power itself off is deleted here), and its key's secret."""
         found = self._get(name)
+        if found is not None and found[0].labels.get("nbburst-session") == "1" and found[0].status == "RUNNING":
+            return  # a warm session's VM, which ran the job: it serves the next cells and ends itself
         if found is not None and "delete" not in self.api.operation_types(found[1], found[0]):
             self.delete(name)
         self.release_key(name.removeprefix(machine_name("")))
+
+    def ensure_watcher(self, store: Any, spec: JobSpec) -> str:
+        """Make sure the watcher VM of ``store`` runs, so that ``spec``'s job is relaunched after a preemption even
+        when no notebook runs (:mod:`~nbburst.machines.gce.watcher`); what was done ("" with c.NBBurst.watcher
+        off)."""
+        if not self.settings.watcher:
+            return ""
+        return self.watchers.ensure(store, spec.timeout_s)
 
     def held_keys(self) -> list[tuple[str, str]]:
         """The jobs whose key secret exists in the project, with their owner label (for ``nbburst gc``)."""
@@ -836,4 +907,9 @@ class GCEMachines(Machines):
     def doctor(self, resources: Resources | None = None) -> list[Check]:
         """Credentials, project and zone, the Compute and Storage APIs, the bucket, the spot and standard CPU
         quota for ``resources`` (default: the default machine), and the image (see gce_doctor)."""
-        return gce_doctor.doctor(self, resources)
+        checks = gce_doctor.doctor(self, resources)
+        try:
+            checks.append(self.watchers.check(config.store_url(self.settings, "gce")))
+        except Exception as exc:  # the checks above say why Compute Engine cannot be reached
+            checks.append(Check("watcher", False, f"not checked: {type(exc).__name__}: {exc}", warning=True))
+        return checks

@@ -28,6 +28,13 @@ broken boot never idles: the client then shows the serial console tail and delet
 (``shutdown.sh``, best effort: spot VMs have 30 s) ``python -m nbburst.agent.gce shutdown`` marks the
 attempt PREEMPTED if the agent could not.
 
+A watcher VM (``watch.sh``): ``watchboot.py`` installs the client's nbburst wheel (with its dependencies
+unless the image has them), then ``python -m nbburst.client.watch`` relaunches the Store's preempted jobs
+until none is left and deletes its VM.
+
+A warm session's VM boots the same way, from the session's own manifest (its key is the session's secret), and
+runs ``python -m nbburst.agent.sessionrelay`` instead of the agent (:func:`session_startup_script`).
+
 An image builder (``build.sh``): ``bake.py`` makes the venv as the bootstrap does on a stock image and
 installs the notebook's packages and the wheel into it (see :mod:`nbburst.machines.gce.image`).
 
@@ -54,9 +61,11 @@ def programs_writer(*programs: str) -> str:
     return 'write_programs() {  # FOLDER\n  mkdir -p "$1" || return 1\n' + "".join(writes) + "}\n"
 
 
-def script(body: str, *programs: str) -> str:
-    """A script of the VM: ``prelude.sh``, then (with ``programs``) :func:`programs_writer`, then ``body``."""
-    parts = [read("prelude.sh"), programs_writer(*programs) if programs else "", read(body)]
+def script(body: str, *programs: str, program: str = "") -> str:
+    """A script of the VM: ``prelude.sh``, then (with ``programs``) :func:`programs_writer`, then ``body``;
+    ``program``: the Python module startup.sh runs once nbburst is installed (default: the agent)."""
+    chosen = f"PROGRAM={program}\n" if program else ""
+    parts = [read("prelude.sh"), chosen, programs_writer(*programs) if programs else "", read(body)]
     return "\n".join(part for part in parts if part)
 
 
@@ -65,6 +74,17 @@ def startup_script() -> str:
     return script("startup.sh", "vmlib.py", "bootstrap.py")
 
 
+def session_startup_script() -> str:
+    """The ``startup-script`` of a warm session's VM: a job VM's, whose program is the session's relay (it runs
+    the warm parent and carries the client's requests to it, nbburst/agent/sessionrelay.py)."""
+    return script("startup.sh", "vmlib.py", "bootstrap.py", program="nbburst.agent.sessionrelay")
+
+
 def shutdown_script() -> str:
     """The ``shutdown-script`` of a job's VM."""
     return script("shutdown.sh")
+
+
+def watcher_script() -> str:
+    """The ``startup-script`` of a watcher VM (see :mod:`nbburst.machines.gce.watcher`)."""
+    return script("watch.sh", "vmlib.py", "watchboot.py")

@@ -1,0 +1,178 @@
+"""Warm sessions on Compute Engine (the emulators): one spot VM carries the cells, which reach it through the Store."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from cryptography.exceptions import InvalidTag
+from support import wait_until
+
+from nbburst.client.burst import Burst
+from nbburst.client.capture import capture
+from nbburst.errors import UsageError
+from nbburst.machines.base import machine_name
+from nbburst.protocol import sessionwire
+from nbburst.protocol.job import State, blob_key
+from nbburst.protocol.sealed import Refused
+from nbburst.ui import cli
+
+#: The cell's warm parent: the parent of its controller (the runner's parent).
+PARENT = "import os, psutil\nparent = psutil.Process(os.getppid()).ppid()\n"
+
+
+@pytest.fixture
+def burst(gce_env, monkeypatch):
+    monkeypatch.setenv("NBBURST_WATCHER", "0")  # cells' relaunches are the notebook's here (test_gce_watcher.py)
+    b = Burst()
+    yield b
+    for session in b.sessions.all():
+        b.sessions.stop(session.name)
+
+
+def run(b: Burst, code: str, ns: dict[str, Any], **options: Any) -> Any:
+    """Run ``code`` as a %%burst cell (on the default session) and merge its variables into ``ns``."""
+    job = b.submit_cell(code, capture(code, ns, None), b.options(**options))
+    job.wait(timeout=120)
+    if job.state == State.SUCCEEDED:
+        job.outcome(ns).merge_into(ns)
+    return job
+
+
+def inserts(emu) -> list[dict]:
+    return [r for r in emu.request_log if r["method"] == "POST" and r["path"].endswith("/instances")]
+
+
+def test_requests_are_sealed_to_their_place_and_boot_and_hide_the_job_key():
+    secret, other = bytes(range(16)), bytes(16)
+    key = bytes(range(32, 64))
+    place, raw = sessionwire.seal_request(secret, "session-a-1", 2, sessionwire.CELL, job="gs://b/jobs/x", key=key)
+    assert place.startswith(sessionwire.requests_prefix("session-a-1"))
+    assert key.hex().encode() not in raw and key not in raw
+    request = sessionwire.open_request(secret, "session-a-1", 2, place, raw)
+    assert (request["kind"], request["job"], request["key"]) == ("cell", "gs://b/jobs/x", key.hex())
+    with pytest.raises(Refused):  # an earlier boot's request, replayed to the revived machine
+        sessionwire.open_request(secret, "session-a-1", 3, place, raw)
+    with pytest.raises(Refused):  # copied under another name
+        sessionwire.open_request(secret, "session-a-1", 2, place.replace(".json", "0.json"), raw)
+    with pytest.raises(Refused):  # not the session's secret
+        sessionwire.open_request(other, "session-a-1", 2, place, raw)
+    forged = json.loads(raw)
+    forged["job"] = "gs://b/jobs/evil"
+    with pytest.raises(Refused):
+        sessionwire.open_request(secret, "session-a-1", 2, place, json.dumps(forged).encode())
+    fields = json.loads(raw)  # the key encrypted for another place, sealed anew by the secret's holder: still bound
+    _, moved = sessionwire.seal_request(secret, "session-a-1", 2, sessionwire.CELL, key=key)
+    fields["key_sealed"] = json.loads(moved)["key_sealed"]
+    fields.pop("seal")
+    resealed = sessionwire.sealed.seal_record(secret, "session-a-1", place, json.dumps(fields).encode())
+    with pytest.raises(InvalidTag):
+        sessionwire.open_request(secret, "session-a-1", 2, place, resealed)
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02)
+def test_cells_run_on_the_one_session_vm_and_unchanged_inputs_stay_put(burst, compute_emulator, capsys):
+    t0 = time.monotonic()
+    session = burst.sessions.start(cores=2, idle="5m", timeout="10m", preload=["numpy"])
+    (insert,) = inserts(compute_emulator)
+    body = insert["body"]
+    assert body["name"] == session.machine and body["labels"]["nbburst-session"] == "1"
+    sched = body["scheduling"]
+    assert sched["provisioningModel"] == "SPOT" and sched["instanceTerminationAction"] == "DELETE"
+    assert 540 < int(sched["maxRunDuration"]["seconds"]) <= 660  # the session's 10 minutes, and a margin
+    items = {i["key"]: i["value"] for i in body["metadata"]["items"]}
+    assert "nbburst.agent.sessionrelay" in items["startup-script"]
+    assert json.loads(items["nbburst-session"])["idle"] == 300
+    token = session.record.token
+    assert all(token not in value for value in items.values())  # the secret is in Secret Manager only
+
+    ns: dict[str, Any] = {"big": np.arange(1 << 20, dtype=np.float64)}
+    first = run(burst, PARENT + "total = float(big.sum())", ns)
+    assert first.state == State.SUCCEEDED, first.logs()
+    warm = session.ask({})
+    assert ns["parent"] == warm["pid"] and ns["total"] == float(np.arange(1 << 20).sum())
+    assert first.statuses()[-1].machine == session.machine
+    store = burst.store_for("gce")
+    held = set(warm["held"]) & {key.rsplit("/", 1)[-1] for key in store.list("blobs/")}
+    assert held, "the input's blob is held by the warm parent"
+    for digest in held:  # spoiled in the bucket: a cell that uploads or reads it again would show it
+        store.put(blob_key(digest), b"not the input")
+
+    second = run(burst, PARENT + "total2 = float(big[::2].sum())", ns)
+    assert second.state == State.SUCCEEDED, second.logs()
+    assert ns["parent"] == warm["pid"], "the second cell ran on the same warm parent"
+    assert ns["total2"] == float(np.arange(1 << 20)[::2].sum())
+    manifest = json.loads(store.get(second.layout.inputs))
+    new = {manifest["state"], *manifest["values"].values()} - set(warm["held"])  # the kernel's state may change
+    assert manifest["values"]["big"] in held and manifest["values"]["big"] not in new
+    assert session.ask({})["reads"] == warm["reads"] + len(new), "only what changed was read from the bucket"
+    assert all(store.get(blob_key(digest)) == b"not the input" for digest in held)
+    names = [r["body"]["name"] for r in inserts(compute_emulator)]
+    assert names == [session.machine], "no VM of its own for either cell"
+    assert machine_name(second.id) not in {i["name"] for i in compute_emulator.instances()}
+
+    cli.main(["gc", "--backend", "gce"])  # a live session's VM is not a leftover
+    assert compute_emulator.instance(session.machine)["status"] == "RUNNING"
+    assert cli.main(["sessions"]) == 0
+    out = capsys.readouterr().out
+    assert "default" in out and "RUNNING" in out
+
+    info = burst.sessions.stop()
+    assert info["state"] == "STOPPED" and info["cells"] == 2
+    assert compute_emulator.wait_for_status(session.machine, "DELETED", timeout=30) == "DELETED"
+    assert not store.list(sessionwire.folder(session.record.session_id))
+    print(f"gce session, two cells and stop: {time.monotonic() - t0:.1f} s")
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02)
+def test_an_idle_session_vm_ends_itself(burst, compute_emulator):
+    session = burst.sessions.start(cores=2, idle="2s", timeout="10m", preload=[])
+    assert compute_emulator.wait_for_status(session.machine, "DELETED", timeout=60) == "DELETED"
+    deleted = [r for r in compute_emulator.request_log if r["method"] == "DELETE" and session.machine in r["path"]]
+    assert len(deleted) == 1, "the VM deleted itself (its warm parent, 2 s without a cell)"
+    assert burst.sessions.get().info()["state"] == "ENDED"
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02, preemption_grace=1.0)
+def test_a_session_vm_preempted_between_cells_comes_back_with_the_next_cell(burst, compute_emulator):
+    session = burst.sessions.start(cores=2, idle="5m", timeout="10m", preload=[])
+    compute_emulator.preempt(session.machine, wait=True)
+    assert compute_emulator.wait_for_status(session.machine, "DELETED", timeout=30) == "DELETED"
+    ns: dict[str, Any] = {}
+    job = run(burst, PARENT + "y = 7", ns)
+    assert job.state == State.SUCCEEDED and ns["y"] == 7, job.logs()
+    assert job.session.revived and job.attempt == 1
+    revived = burst.sessions.get()
+    assert revived.machine != session.machine and revived.record.restarts == 1
+    assert ns["parent"] == revived.ask({})["pid"]
+    wait_until(lambda: len(inserts(compute_emulator)) == 2, what="one VM more: the revived session's")
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02, preemption_grace=2.0)
+def test_a_cell_in_flight_on_a_preempted_session_vm_recovers_on_a_vm_of_its_own(burst, compute_emulator):
+    session = burst.sessions.start(cores=2, idle="5m", timeout="10m", preload=[])
+    ns: dict[str, Any] = {}
+    code = "import time\ntime.sleep(4)\nv = 5"
+    job = burst.submit_cell(code, capture(code, ns, None), burst.options(max_restarts=2))
+    wait_until(lambda: job.state == State.RUNNING, timeout=60, what="the cell runs on the session's VM")
+    compute_emulator.preempt(session.machine)
+    assert job.wait(timeout=120) == State.SUCCEEDED, job.logs()
+    job.outcome(ns).merge_into(ns)
+    assert ns["v"] == 5 and job.attempt == 2
+    machines = [s.machine for s in job.statuses()]
+    assert machines == [session.machine, machine_name(job.id)], "attempt 2 ran as a plain job on a VM of its own"
+    assert compute_emulator.wait_for_status(session.machine, "DELETED", timeout=30) == "DELETED"
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02)
+def test_a_session_vm_that_cannot_boot_says_why_and_is_deleted(burst, compute_emulator, monkeypatch):
+    secrets = burst.machines("gce").key_secrets
+    put = secrets.put
+    monkeypatch.setattr(secrets, "put", lambda *args: put(*args).replace("nbburst-key-", "nbburst-nokey-"))
+    with pytest.raises(UsageError, match="did not start(.|\n)*cannot read the job key from Secret Manager"):
+        burst.sessions.start(cores=2, idle="5m", timeout="10m", preload=[])
+    (insert,) = inserts(compute_emulator)
+    assert compute_emulator.wait_for_status(insert["body"]["name"], "DELETED", timeout=30) == "DELETED"
