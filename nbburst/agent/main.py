@@ -27,7 +27,6 @@ from ..protocol.env import python_mismatch
 from ..protocol.folder import JobFolder
 from ..protocol.job import (
     ENV_ATTEMPT,
-    ENV_CPUS,
     ENV_JOB_KEY,
     ENV_MACHINE,
     ENV_WORKER,
@@ -164,6 +163,10 @@ class Agent:
                 _kill_group(self.runner_pid)
         return self.superseded
 
+    def pin(self) -> None:
+        """Keep the attempt (this controller and its runner) on the machine's CPUs."""
+        spawn.pin_cpus()
+
     def sweep(self, attempts: Callable[[int], bool]) -> None:
         """End the processes of these attempts of the job left on this machine (by their marker)."""
         processes.sweep(self.spec.job_id, attempts)
@@ -222,7 +225,7 @@ class Agent:
         if holds_verdict(self.folder, self.layout.result):  # an earlier attempt's; it died before its verdict
             return self._finish()
         self.sweep(lambda n: n < self.attempt)  # an earlier attempt's leftovers on this machine
-        pin_cpus()
+        self.pin()
         workdir = os.path.join(os.getcwd(), "work", self.spec.job_id)
         os.makedirs(workdir, exist_ok=True)
         self.workdir = workdir
@@ -372,16 +375,6 @@ def _death(wait_status: int) -> str:
         hint = " (out of memory?)" if sig == signal.SIGKILL else ""
         return f"the cell's process was killed by signal {signal.Signals(sig).name}{hint}"
     return f"the cell's process exited with code {os.WEXITSTATUS(wait_status)} without a result"
-
-
-def pin_cpus() -> None:
-    """Keep this process (and what it forks from now on) on the machine's CPUs (``$NBBURST_CPUS``)."""
-    cpus = os.environ.get(ENV_CPUS)
-    if cpus and hasattr(os, "sched_setaffinity"):
-        try:
-            os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
-        except OSError as exc:
-            print(f"nbburst agent: could not pin CPUs {cpus}: {exc}", file=sys.stderr)
 
 
 def main(argv: list[str]) -> int:

@@ -85,6 +85,8 @@ class Prepared:
         reporting.connect(channel)
         install_tqdm_hook()
         install_joblib_hook()
+        self.stop = threading.Event()  # of the thread that flushes what C code printed, twice a second
+        threading.Thread(target=_periodic_c_flush, args=(self.stop,), daemon=True).start()
         self.ns = kernel_namespace()
         sys.stdout, sys.stderr = ChannelStream(channel, "stdout", 1), ChannelStream(channel, "stderr", 2)
         self.problem: BaseException | None = None
@@ -127,8 +129,7 @@ def run(
 
     prepared = prepared or Prepared(channel)
     syncer = start_in_runner(store, layout, key, channel, control_fd)
-    stop = threading.Event()
-    threading.Thread(target=_periodic_c_flush, args=(stop,), daemon=True).start()
+    stop = prepared.stop
     filename = cell_filename(spec.job_id)
     ns = prepared.ns
     try:

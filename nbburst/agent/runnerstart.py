@@ -18,7 +18,7 @@ from ..protocol.folder import JobFolder
 from ..protocol.job import ENV_ATTEMPT, JobLayout, JobSpec
 from ..store import open_store
 from .channel import Channel, flush_all
-from .spawn import EXIT_ORPHANED
+from .spawn import EXIT_ORPHANED, pin_cpus
 from .verdict import Handoff
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ class RunnerJob:
     def enter(self) -> None:
         """The attempt's working folder, checkpoints and marker, before anything of the cell runs."""
         os.environ[ENV_ATTEMPT] = self.tag
+        pin_cpus()  # a session's runner was forked before it knew its cell: it keeps to the CPUs from here
         os.chdir(self.workdir)
         os.environ["NBBURST_CHECKPOINT_DIR"] = self.checkpoints
         os.environ.setdefault("IPYTHONDIR", os.path.join(self.workdir, ".ipython"))

@@ -50,6 +50,10 @@ ENV_TOKEN = "NBBURST_SESSION_TOKEN"
 REQUEST_SECONDS = 5.0
 #: How long a running cell may take to end after the hard limit before it is killed.
 LIMIT_GRACE_SECONDS = 10.0
+#: How long after a cell starts the next spare is forked if the cell still runs. Forking the spare and making
+#: its runner ready take CPU that a short cell needs (a session of one core has just one), and a notebook
+#: sends its next cell only once this one has ended.
+SPARE_DELAY_SECONDS = 0.5
 #: What a session imports before its first cell, besides the notebook's modules.
 RUNTIME = (
     "nbburst.agent.runner",
@@ -96,8 +100,9 @@ class WarmParent:
     The fork is the costly step of a cell in a big warm process (its page tables are copied), so it is
     done ahead of time: a *spare* controller, forked while the session waits, takes the next cell from
     the cells' socket itself and tells the parent, which then loads what the cell brought (modules,
-    inputs) and forks the next spare, up to date with them. The parent answers the control socket
-    (state, stop) itself."""
+    inputs) and forks the next spare, up to date with them: once the cell has ended (or after
+    :data:`SPARE_DELAY_SECONDS`). The parent answers the control socket (state, stop) itself, up to date
+    with the cells taken so far."""
 
     def __init__(self, cells: socket.socket, control: socket.socket, token: str, idle_s: float, until: float):
         self.cells_socket, self.control, self.token = cells, control, token
@@ -113,6 +118,8 @@ class WarmParent:
         os.set_blocking(self.wake_w, False)
         self.report_r, self.report_w = os.pipe()  # spares say here which cell they took
         self.reports = b""
+        self.taken: list[dict[str, Any]] = []  # cells taken since the last spare was forked, to prepare for
+        self.spare_due = 0.0  # when the next spare is forked even though a cell still runs
 
     # -- serving ---------------------------------------------------------------------------
     def serve(self) -> str:
@@ -126,6 +133,8 @@ class WarmParent:
             reason = self._over()
             if reason:
                 break
+            if self.spare is None and (not self.running or time.time() >= self.spare_due):
+                self._renew()
             for key, _ in self.sel.select(self._timeout()):
                 if key.data == "control":
                     self._answer()
@@ -154,6 +163,8 @@ class WarmParent:
     def _timeout(self) -> float:
         now = time.time()
         left = self.until - now
+        if self.spare is None:
+            left = min(left, self.spare_due - now)
         if not self.running:
             left = min(left, self.last + self.idle_s - now)
         return max(0.0, left)
@@ -209,6 +220,14 @@ class WarmParent:
                 self.spare = None
             self.cells += 1
             self.last = time.time()
+            self.taken.append(request)
+        self.spare_due = time.time() + SPARE_DELAY_SECONDS
+
+    def _renew(self) -> None:
+        """Load what the cells taken since the last spare brought (modules, inputs), then fork the next spare,
+        up to date with them."""
+        taken, self.taken = self.taken, []
+        for request in taken:
             self._prepare(request)
         self._fork_spare()
 
@@ -242,6 +261,8 @@ class WarmParent:
                 return  # not the session's client
             if request.get("stop"):
                 self.stopping = "stopped by the user"
+            elif self.taken:
+                self._renew()  # what the cells taken so far brought is held before it is described
             conn.sendall(json.dumps(self.describe()).encode() + b"\n")
         except (OSError, ValueError) as exc:
             print(f"nbburst session: a request failed: {exc}", file=sys.stderr)

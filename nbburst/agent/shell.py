@@ -211,6 +211,8 @@ def make_ahead(ns: dict[str, Any]) -> None:
     """In a session's warm parent: make the shell every cell's process starts from (a copy of it, by the
     fork), over the fresh namespace ``ns``, and run nothing once in it, silently, so that what IPython sets
     up on a first cell is done once. No cell ever runs in the parent's own."""
+    import IPython.core.logger  # noqa: F401 (what a first cell that keeps its history imports: here, once)
+
     _make(ns).execute_silently("pass")
 
 

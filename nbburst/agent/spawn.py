@@ -34,7 +34,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from ..protocol.job import ENV_ATTEMPT
+from ..protocol.job import ENV_ATTEMPT, ENV_CPUS
 
 #: A child's exit status when its agent is gone (EX_TEMPFAIL): the attempt failed, not the cell.
 EXIT_ORPHANED = 75
@@ -82,6 +82,16 @@ def spawn(body: Callable[[], int], tag: str) -> int:
         traceback.print_exc()
     finally:
         os._exit(code)
+
+
+def pin_cpus() -> None:
+    """Keep this process (and what it forks from now on) on the machine's CPUs (``$NBBURST_CPUS``)."""
+    cpus = os.environ.get(ENV_CPUS)
+    if cpus and hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+        except OSError as exc:
+            print(f"nbburst agent: could not pin CPUs {cpus}: {exc}", file=sys.stderr)
 
 
 def _die_with(parent: int) -> None:

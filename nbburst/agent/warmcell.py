@@ -17,7 +17,7 @@ from ..protocol import signing
 from ..protocol.job import ENV_ATTEMPT, ENV_JOB_KEY, JobLayout, State, split_job_url
 from ..store import NotFound, open_store
 from . import preemption, spawn
-from .main import Agent, Identity, load_spec, pin_cpus
+from .main import Agent, Identity, load_spec
 from .runnerstart import Pipes, RunnerJob, serve
 from .shipper import Shipper
 
@@ -42,7 +42,6 @@ class ReadyRunner:
     comes, and it is told its job down a pipe (agent/runnerstart.py)."""
 
     def __init__(self) -> None:
-        pin_cpus()  # the session's CPUs, before the fork (a plain attempt's controller pins itself the same way)
         os.environ.setdefault("IPYTHONDIR", os.path.join(os.getcwd(), "work", ".ipython"))
         self.pipes = Pipes()
         job_r, self.job_w = os.pipe()
@@ -99,6 +98,10 @@ class SessionAgent(Agent):
         if self.running_note is not None:
             self.running_note.cancel()
         super().write_status(**changes)
+
+    def pin(self) -> None:
+        """Only the cell's runner keeps to the session's CPUs (:meth:`.runnerstart.RunnerJob.enter`): this
+        controller, and the warm parent readying the next cell, may run beside it on the others."""
 
     def sweep(self, attempts: Any) -> None:
         """Nothing to find by the job's marker: every process here carries the session's (the machine's).

@@ -45,6 +45,7 @@ _OBJECT_HEADER = b"NBBSEAL1 "
 _MAX_HEADER = 4096
 _READ = 8 << 20
 _ALIGN = 64  # as payload.ALIGN
+_BESIDE = 4 << 20  # from this size on, an object is hashed on another core while it is written
 
 
 class Refused(SignatureError):
@@ -187,13 +188,19 @@ def write_sealed(
         for part in parts:
             mac.update(part)  # hashlib lets go of the GIL for big buffers
 
-    with ThreadPoolExecutor(1, thread_name_prefix="nbburst-seal") as pool, open(path, "wb") as f:
-        hashed = pool.submit(digest)
+    with open(path, "wb") as f:
         f.write(bytes(len(MAGIC) + TAG_SIZE))
         f.write(header)
-        for part in parts:
-            f.write(part)
-        hashed.result()
+        if sum(memoryview(p).nbytes for p in parts) < _BESIDE:
+            digest()
+            for part in parts:
+                f.write(part)
+        else:
+            with ThreadPoolExecutor(1, thread_name_prefix="nbburst-seal") as pool:
+                hashed = pool.submit(digest)
+                for part in parts:
+                    f.write(part)
+                hashed.result()
         f.seek(0)
         f.write(MAGIC + mac.digest())
 
