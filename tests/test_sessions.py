@@ -19,6 +19,7 @@ from nbburst.machines.base import GONE, machine_name
 from nbburst.protocol.job import State, blob_key
 from nbburst.ui import cli
 
+WIDGET = "application/vnd.jupyter.widget-view+json"
 #: The cell's warm parent: the parent of its controller (the runner's parent).
 PARENT = "import os, psutil\nparent = psutil.Process(os.getppid()).ppid()\n"
 
@@ -80,6 +81,10 @@ def test_a_cell_that_changes_a_held_input_in_place_changes_only_its_own_copy(bur
     again = run(burst, "again = float(big.sum())", ns)
     assert again.state == State.SUCCEEDED, again.logs()
     assert ns["again"] == 0.0, "the next cell reads the input as the kernel has it"
+    kernels = ns["big"]
+    changed = run(burst, "big += 1.0", ns)  # its arrival was fingerprinted ahead, by the warm parent
+    assert changed.state == State.SUCCEEDED, changed.logs()
+    assert ns["big"] is kernels and (kernels == 1.0).all(), "a change made in place comes back in place"
 
 
 def test_a_crash_or_a_timeout_does_not_poison_the_next_cell(burst):
@@ -164,6 +169,25 @@ def test_the_magics_start_use_list_and_stop_a_session(burst):
         wait_until(lambda: burst.machines("local").describe(session.machine).state == GONE)
     finally:
         InteractiveShell.clear_instance()
+
+
+def test_in_a_kernel_a_short_warm_cell_shows_only_its_output_and_a_longer_one_its_view(burst_env, tmp_path):
+    from nbrun import run_cells
+
+    outputs = run_cells(
+        [
+            "%load_ext nbburst",
+            "%burst session start --cores 1 --idle 5m --preload numpy",
+            "%%burst\nprint('quick')",
+            "%%burst\nimport time\ntime.sleep(1.5)\nprint('slow')",
+            "%burst session stop",
+        ],
+        cwd=tmp_path,
+    )
+    quick, slow = outputs[2], outputs[3]
+    assert [o.get("text") for o in quick] == ["quick\n"], "as a plain cell: its output, nothing else"
+    assert any(WIDGET in o.get("data", {}) for o in slow), "the live view came once the cell ran on"
+    assert "slow\n" in "".join(o.get("text", "") for o in slow)
 
 
 def test_a_cancelled_cell_leaves_the_session_warm(burst):

@@ -22,6 +22,7 @@ MEMORY_SHARE = 0.25
 
 _held: OrderedDict[str, memoryview] = OrderedDict()
 _reads = [0]  # blobs read from the Store so far
+_fingerprints: dict[str, tuple[str | None, dict[int, str]]] = {}  # of held blobs' values, as loaded (agent/inputs.py)
 
 
 def get(digest: str) -> memoryview | None:
@@ -41,8 +42,19 @@ def hold(store: Store, digest: str) -> bool:
     _reads[0] += 1
     budget = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * MEMORY_SHARE
     while len(_held) > 1 and sum(view.nbytes for view in _held.values()) > budget:
-        _held.popitem(last=False)
+        _fingerprints.pop(_held.popitem(last=False)[0], None)
     return True
+
+
+def fingerprints(digest: str) -> tuple[str | None, dict[int, str]] | None:
+    """The fingerprints a cell's input has when it arrives from held blob ``digest``, if known here."""
+    return _fingerprints.get(digest)
+
+
+def remember(digest: str, fingerprints: tuple[str | None, dict[int, str]]) -> None:
+    """Keep the fingerprints of held blob ``digest``'s value, for the cells forked from now on."""
+    if digest in _held:
+        _fingerprints[digest] = fingerprints
 
 
 def held() -> list[str]:

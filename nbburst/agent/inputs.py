@@ -23,6 +23,21 @@ from ..protocol.job import JobLayout, JobSpec, blob_key
 from ..store import Store
 from . import blobcache
 
+#: An input's fingerprint as it arrived, and those of the arrays inside it by their index in its pickle's memo.
+Arrival = tuple[str | None, dict[int, str]]
+
+
+def arrival(value: Any, inner: dict[int, Any]) -> Arrival:
+    """The fingerprints :meth:`Inputs.watch` keeps of an input (``inner``: the objects inside it)."""
+    fp = transfer.fingerprint(value)
+    if fp is None:
+        return None, {}
+    arrays = {}
+    for index, obj in inner.items():
+        if type(obj).__name__ == "ndarray" and (array_fp := transfer.fingerprint(obj)) is not None:
+            arrays[index] = array_fp
+    return fp, arrays
+
 
 class Inputs:
     """The loaded inputs: which names to watch, as they arrived, and the process state to carry."""
@@ -35,19 +50,20 @@ class Inputs:
         self.inner: dict[str, dict[int, Any]] = {}  # name -> memo index -> object inside that input
         self.arrays: dict[tuple[str, int], str] = {}  # address -> fingerprint, for arrays inside inputs
 
-    def watch(self, ns: dict[str, Any], names: list[str], inner: dict[str, dict[int, Any]]) -> None:
+    def watch(
+        self, ns: dict[str, Any], names: list[str], inner: dict[str, dict[int, Any]], known: dict[str, Arrival]
+    ) -> None:
         """Fingerprint ``names`` as they are now (after loading, before the cell), and the arrays inside
-        them on their own (hashing an array is cheap: only a changed one needs to travel back)."""
+        them on their own (hashing an array is cheap: only a changed one needs to travel back); ``known``:
+        fingerprints a warm parent took of the same bytes, loaded the same way (:func:`arrival`)."""
         if not self.track:
             return
         for name in names:
-            fp = transfer.fingerprint(ns[name])
+            fp, arrays = known.get(name) or arrival(ns[name], inner.get(name, {}))
             if fp is not None:
                 self.arrived[name] = (ns[name], fp)
                 self.inner[name] = inner.get(name, {})
-                for index, obj in self.inner[name].items():
-                    if type(obj).__name__ == "ndarray" and (array_fp := transfer.fingerprint(obj)) is not None:
-                        self.arrays[(name, index)] = array_fp
+                self.arrays.update({(name, index): array_fp for index, array_fp in arrays.items()})
 
     def begin(self) -> None:
         """Right before the cell's code: the kernel's process state takes effect."""
@@ -92,9 +108,12 @@ def load(store: Store, layout: JobLayout, spec: JobSpec, ns: dict[str, Any]) -> 
         ns[name] = importlib.import_module(module)
     before = set(ns)
     inner: dict[str, dict[int, Any]] = {}
+    known: dict[str, Arrival] = {}
     for name, digest in manifest.get("values", {}).items():
         ns[name] = _fetch(store, digest, repr(name), ns, inner.setdefault(name, {}))
-    inputs.watch(ns, [n for n in ns if n not in before], inner)  # the inputs and the globals functions brought
+        if (fps := blobcache.fingerprints(digest)) is not None:
+            known[name] = fps
+    inputs.watch(ns, [n for n in ns if n not in before], inner, known)  # the inputs, the globals functions brought
     return inputs
 
 

@@ -39,10 +39,10 @@ import sys
 import time
 from typing import Any
 
-from ..protocol import imports, payload, transfer
+from ..protocol import imports, payload, plaindata, transfer
 from ..protocol.job import ENV_ATTEMPT, JobLayout, attempt_tag, split_job_url
 from ..store import Store, open_store
-from . import blobcache, spawn
+from . import blobcache, inputs, spawn
 
 #: The session's secret, handed to the parent in its environment (removed from it at once).
 ENV_TOKEN = "NBBURST_SESSION_TOKEN"
@@ -297,6 +297,8 @@ class WarmParent:
             for digest in [*manifest.get("values", {}).values(), manifest.get("state")]:
                 if digest:
                     blobcache.hold(store, digest)
+            for digest in manifest.get("values", {}).values():
+                _fingerprint_ahead(digest)
             code = store.get(layout.code) if spec.kind == "cell" else b""
             names = [*manifest.get("submodules", []), *manifest.get("modules", {}).values()]
             if manifest.get("state"):  # the kernel's process state needs its modules (numpy's RNG state: numpy)
@@ -338,6 +340,17 @@ class WarmParent:
                 pass
             self._reaped(pid)
         print(f"nbburst session: ending after {self.cells} cells: {reason}", file=sys.stderr, flush=True)
+
+
+def _fingerprint_ahead(digest: str) -> None:
+    """Fingerprint a held input of plain data once, here, as a cell's process would when it arrives: each cell
+    then only fingerprints it after it ran (whether it changed it). Other values would run code to load."""
+    data = blobcache.get(digest)
+    if data is None or blobcache.fingerprints(digest) is not None or not plaindata.plain_value(data):
+        return
+    inner: dict[int, Any] = {}
+    value = transfer.load_value(data, {}, inner)
+    blobcache.remember(digest, inputs.arrival(value, inner))
 
 
 def imported_by(code: str) -> list[str]:

@@ -291,7 +291,10 @@ def fingerprint(parts: list[memoryview]) -> str:
     """
     import xxhash
 
-    slices = [[p[i : i + FP_CHUNK]] for p in map(_bytes_view, parts) for i in range(0, max(p.nbytes, 1), FP_CHUNK)]
-    leaves = _map(lambda pieces: xxhash.xxh3_128_digest(pieces[0]), slices)
+    slices = [p[i : i + FP_CHUNK] for p in map(_bytes_view, parts) for i in range(0, max(p.nbytes, 1), FP_CHUNK)]
+    if sum(s.nbytes for s in slices) < FP_CHUNK:  # small: handing slices to threads costs more than it saves
+        leaves = [xxhash.xxh3_128_digest(s) for s in slices]
+    else:
+        leaves = _map(xxhash.xxh3_128_digest, slices)
     sizes = b"".join(p.nbytes.to_bytes(8, "little") for p in parts)
     return xxhash.xxh3_128_hexdigest(b"".join(leaves) + sizes)

@@ -54,6 +54,10 @@ class _HelpShown(Exception):
     pass
 
 
+#: How long a cell on a warm session runs before its live view is shown (a shorter one shows only its output).
+VIEW_AFTER_SECONDS = 0.5
+
+
 @magics_class
 class BurstMagics(Magics):
     def __init__(self, shell: Any):
@@ -136,14 +140,15 @@ class BurstMagics(Magics):
             return job
         return self._wait_and_collect(job)
 
-    def _view(self, job: Job) -> Any:
-        """The live job view, shown in the cell; None outside a kernel (plain IPython, scripts)."""
+    def _view(self, job: Job, tail: Any = None) -> Any:
+        """The live job view, shown in the cell (reading on from ``tail``); None outside a kernel (plain IPython,
+        scripts)."""
         from .view import JobView, in_kernel
 
         if not in_kernel(self.shell):
             return None
         try:
-            return JobView(job).show()
+            return JobView(job, tail).show()
         except Exception as exc:  # the view is a convenience: never fail the cell for it
             print(f"nbburst: no live view ({type(exc).__name__}: {exc})", file=sys.stderr)
             return None
@@ -154,6 +159,7 @@ class BurstMagics(Magics):
         __tracebackhide__ = True
         view = None
         out_shown = False  # the machine's displayhook showed the cell's Out (a "result" record), in its place
+        before_view: list[dict[str, Any]] = []  # what a warm cell showed before its view came
 
         def on_record(record: dict[str, Any]) -> None:
             nonlocal out_shown
@@ -161,11 +167,18 @@ class BurstMagics(Magics):
             show_record(record)
             if view is not None:
                 view.feed(record)
+            else:
+                before_view.append(record)
 
         try:
-            view = self._view(job)
-            tail = job.tail() if view is None else view.tail
+            tail = job.tail()
+            # A cell on a warm session is often over in a few milliseconds: then, as a plain cell, it shows only
+            # its own output. Its view comes if it runs on.
+            if job.session is None or backlog or not job.wait(VIEW_AFTER_SECONDS, on_record, tail=tail).terminal:
+                view = self._view(job, tail)
             if view is not None:
+                for record in before_view:
+                    view.feed(record)
                 view.start("blocking")
             if backlog:
                 for record in compact(list(tail.poll())):
