@@ -151,6 +151,14 @@ def test_process_state_travels_both_ways(burst_env):
     assert "filtered" not in stream(bursted[1], "stderr")
 
 
+def test_a_seed_set_on_the_machine_holds_for_the_next_burst_cell_before_the_kernel_imports_numpy_random(burst_env):
+    """numpy imports numpy.random lazily: the kernel holds the seeded state for it (its module not imported
+    there yet) and sends it with the next cell, as the statsmodels wls example needs."""
+    cells = ["import numpy as np\nnp.random.seed(1024)", "e = np.random.normal(size=3)\nprint(e)"]
+    plain, bursted = both(cells, burst={0, 1})
+    assert_same(plain, bursted)
+
+
 def test_arrays_arrive_aligned_contiguous_and_writeable_as_they_were(burst_env):
     setup = (
         "import numpy as np\n"
@@ -338,6 +346,23 @@ def test_a_state_waits_for_its_module_to_be_imported():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "7", done.stderr
+
+
+def test_a_state_waiting_for_its_module_goes_with_the_next_cell():
+    code = (
+        "import sys\n"
+        "from nbburst.protocol import state\n"
+        "context = lambda: sys.modules['decimal'].getcontext()\n"
+        "state.register('decimal.prec', lambda: context().prec, lambda v: setattr(context(), 'prec', v))\n"
+        "assert 'decimal' not in sys.modules and state.restore({'decimal.prec': 7}) == []\n"
+        "import pickle\n"
+        "print(pickle.loads(state.capture()['decimal.prec'][1]))  # not imported yet: the waiting state\n"
+        "import decimal\n"
+        "decimal.getcontext().prec = 9\n"
+        "print(pickle.loads(state.capture()['decimal.prec'][1]))  # imported: the module's own"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["7", "9"], done.stderr
 
 
 @pytest.mark.parametrize("value", [[1, {"a": 2}], {"x": np.arange(4)}])

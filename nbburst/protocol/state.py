@@ -44,6 +44,9 @@ class Entry:
 
 
 _REGISTRY: dict[str, Entry] = {}
+#: States a cell left that wait for their module to be imported here (numpy's RNG state, seeded on the machine,
+#: waits for ``numpy.random``, which numpy imports lazily): the next cell takes them along as they are.
+_pending: dict[str, Any] = {}
 
 
 def register(name: str, get: Callable[[], Any], set: Callable[[Any], None], module: str | None = None) -> None:
@@ -61,17 +64,20 @@ def entries() -> dict[str, Entry]:
 
 
 def capture() -> dict[str, tuple[Entry, bytes]]:
-    """The state of every entry whose module is imported here, pickled, with the entry itself (it travels too)."""
+    """The state of every entry whose module is imported here, pickled, with the entry itself (it travels too);
+    for one whose module is not imported yet, the state a cell left that waits for it (:func:`restore`)."""
     import cloudpickle
 
     found = {}
     for name, entry in _REGISTRY.items():
-        if entry.module in sys.modules:
-            try:
-                cloudpickle.dumps(entry)  # its getter and setter travel too
-                found[name] = (entry, cloudpickle.dumps(entry.get(), protocol=5))
-            except Exception as exc:
-                warnings.warn(f"nbburst: the state {name!r} stays here: {exc}", RuntimeWarning, stacklevel=2)
+        if entry.module not in sys.modules and name not in _pending:
+            continue
+        try:
+            value = entry.get() if entry.module in sys.modules else _pending[name]
+            cloudpickle.dumps(entry)  # its getter and setter travel too
+            found[name] = (entry, cloudpickle.dumps(value, protocol=5))
+        except Exception as exc:
+            warnings.warn(f"nbburst: the state {name!r} stays here: {exc}", RuntimeWarning, stacklevel=2)
     return found
 
 
@@ -84,8 +90,15 @@ def restore(values: dict[str, Any], known: dict[str, Entry] | None = None) -> li
         if entry is None:
             problems.append(f"the state {name!r} is not registered here (nbburst.state.register)")
             continue
+        _pending[name] = value
+
+        def apply(_module: Any, name: str = name, entry: Entry = entry, value: Any = value) -> None:
+            if _pending.get(name) is value:
+                del _pending[name]
+            entry.set(value)
+
         try:
-            when_imported(entry.module, lambda _module, entry=entry, value=value: entry.set(value))
+            when_imported(entry.module, apply)
         except Exception as exc:
             problems.append(f"the state {name!r} could not be applied: {type(exc).__name__}: {exc}")
     return problems
@@ -146,15 +159,17 @@ class Tracker:
 
 
 def _numpy_get() -> Any:
-    import numpy as np
+    # Not `np.random`: right after numpy.random's import, numpy has no such attribute yet, and its lazy
+    # __getattr__ would import numpy.random again, and again.
+    from numpy.random import get_state
 
-    return np.random.get_state()
+    return get_state()
 
 
 def _numpy_set(value: Any) -> None:
-    import numpy as np
+    from numpy.random import set_state
 
-    np.random.set_state(value)
+    set_state(value)
 
 
 def _random_get() -> Any:
