@@ -158,48 +158,14 @@ def open_versioned(key: bytes, job_id: str, place: str, raw: bytes) -> tuple[int
     return version, bytes(body)
 
 
-class ReadCheck:
-    """The MAC of an object computed on another core while its bytes are read (``Store.get_buffer``'s
-    ``on_read``): a big result is checked in about the time it takes to read it."""
-
-    def __init__(self, key: bytes):
-        self.mac = hmac.new(key, digestmod=hashlib.sha256)
-        self.next = 0  # the offset of the piece that must come next
-        self.pool: ThreadPoolExecutor | None = None
-        self.hashed: list[Any] = []
-
-    def __call__(self, offset: int, piece: memoryview) -> None:
-        if offset != self.next:  # a read started again: this MAC is of no use
-            self.next = -1
-            return
-        self.next = offset + piece.nbytes
-        skip = max(0, len(MAGIC) + TAG_SIZE - offset)  # the MAC covers what follows the tag
-        if skip < piece.nbytes:
-            self.pool = self.pool or ThreadPoolExecutor(1, thread_name_prefix="nbburst-check")
-            self.hashed.append(self.pool.submit(self.mac.update, piece[skip:]))  # in order: one thread
-
-    def digest(self, size: int) -> bytes | None:
-        """The MAC of the object's ``size`` bytes, if all of them were hashed here."""
-        for future in self.hashed:
-            future.result()
-        if self.pool is not None:
-            self.pool.shutdown()
-        return self.mac.digest() if self.hashed and self.next == size else None
-
-
-def open_view(
-    key: bytes, job_id: str, place: str, raw: bytes | memoryview, check: ReadCheck | None = None
-) -> tuple[int, memoryview]:
+def open_view(key: bytes, job_id: str, place: str, raw: bytes | memoryview) -> tuple[int, memoryview]:
     """:func:`open_versioned` without a copy: the content is a view of ``raw`` (a big result read into
-    aligned writable memory stays there). ``check``: what hashed ``raw`` while it was read."""
+    aligned writable memory stays there)."""
     view = memoryview(raw)
     if view.nbytes < len(MAGIC) + TAG_SIZE or bytes(view[: len(MAGIC)]) != MAGIC:
         raise Altered(f"{_where(job_id, place)} is not sealed by nbburst; refusing it")
     tag, body = view[len(MAGIC) : len(MAGIC) + TAG_SIZE], view[len(MAGIC) + TAG_SIZE :]
-    computed = check.digest(view.nbytes) if check is not None else None
-    if computed is None:
-        computed = hmac.new(key, body, hashlib.sha256).digest()
-    if not hmac.compare_digest(bytes(tag), computed):
+    if not hmac.compare_digest(bytes(tag), hmac.new(key, body, hashlib.sha256).digest()):
         raise _altered(job_id, place)
     end = bytes(body[:_MAX_HEADER]).find(b"\n")
     if not bytes(body[: len(_OBJECT_HEADER)]) == _OBJECT_HEADER or end < 0:

@@ -85,13 +85,9 @@ class Store(abc.ABC):
     def get(self, key: str) -> bytes:
         """Return the bytes under ``key``; :class:`NotFound` if missing."""
 
-    def get_buffer(self, key: str, on_read: Callable[[int, memoryview], None] | None = None) -> memoryview:
-        """The bytes under ``key`` as writable memory (a big object read once, then used in place).
-        ``on_read(offset, piece)`` may be told of the pieces as they arrive (to hash them meanwhile)."""
-        view = memoryview(bytearray(self.get(key)))
-        if on_read is not None:
-            on_read(0, view)
-        return view
+    def get_buffer(self, key: str) -> memoryview:
+        """The bytes under ``key`` as writable memory (a big object read once, then used in place)."""
+        return memoryview(bytearray(self.get(key)))
 
     @abc.abstractmethod
     def get_file(self, key: str, path: str | Path) -> None:

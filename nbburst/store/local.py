@@ -31,10 +31,6 @@ TRANSIENT_ERRNOS = frozenset(
 RETRY_SECONDS = 10.0
 
 
-#: Pieces a big object is read in when someone hashes it meanwhile.
-_PIECE = 8 << 20
-
-
 class LocalStore(Store):
     """Objects are files below ``root``.
 
@@ -164,23 +160,17 @@ class LocalStore(Store):
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise NotFound(f"{key} not found in {self.url}") from None
 
-    def get_buffer(self, key: str, on_read: Callable[[int, memoryview], None] | None = None) -> memoryview:
-        """Read straight into page-aligned anonymous memory: one copy, and arrays can live in it; a big
-        object in pieces, each told to ``on_read`` as it arrives."""
+    def get_buffer(self, key: str) -> memoryview:
+        """The file itself, mapped copy-on-write: no copy is made, and a reader that writes into it writes into
+        its own pages (a committed object is never rewritten in place: writes replace the file)."""
         path = self._path(key)
 
         def read() -> memoryview:
             with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
-                # private: what a forked child writes into it stays its own
-                view = memoryview(mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))[:size]
-                piece = _PIECE if on_read is not None and size >= 2 * _PIECE else size
-                got = 0
-                while got < size and (n := f.readinto(view[got : got + piece])):
-                    if piece < size:
-                        on_read(got, view[got : got + n])
-                    got += n
-                return view[:got]
+                if size == 0:
+                    return memoryview(bytearray())
+                return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY))
 
         try:
             return self.run_io(read)
