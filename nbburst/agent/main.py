@@ -13,6 +13,7 @@ it, and the job reads as preempted.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 import threading
@@ -47,7 +48,7 @@ from . import cluster, files, gce, gpu, preemption, spawn
 from .checkpoints import local_root, restore, summary
 from .runnerstart import Pipes, RunnerJob, serve
 from .shipper import Shipper
-from .verdict import ERROR, RESULT, Handoff, commit
+from .verdict import ERROR, HANDED, RESULT, Handoff, commit
 
 CANCEL_POLL_SECONDS = 0.5
 KILL_GRACE_SECONDS = 3.0
@@ -97,6 +98,8 @@ class Agent:
         self.budget_stop: float | None = None  # when the budget left for this attempt is spent (set in run)
         self.done = threading.Event()
         self.control = preemption.Control()  # the runner's control pipe (preemption notice, sync)
+        self.handed_r, self.handed_w = os.pipe()  # the shipper says here that the runner handed its verdict over
+        self.unreaped: int | None = None  # a runner that handed its verdict over and is still going
 
     # -- status -------------------------------------------------------------
     def write_status(self, **changes: Any) -> None:
@@ -116,6 +119,9 @@ class Agent:
 
     def _on_event(self, event: dict[str, Any]) -> None:
         if self.control.on_event(event):
+            return
+        if event.get("s") == HANDED:
+            os.write(self.handed_w, b"!")
             return
         if event.get("s") == "progress":
             with self.status_lock:
@@ -272,7 +278,7 @@ class Agent:
         self.shipper.pump(out_r, err_r, ev_r)
         watchdog = threading.Thread(target=self._watch, name="nbburst-watchdog", daemon=True)
         watchdog.start()
-        _, wait_status = os.waitpid(pid, 0)
+        wait_status = self._wait_runner(pid, handoff)
         if self._killer is not None:
             self._killer.cancel()
         # The job is over for whatever the cell left behind, in its group or out of it (setsid, double fork):
@@ -286,6 +292,31 @@ class Agent:
         self.done.set()
         watchdog.join()
         return self._finish(wait_status, handoff)
+
+    def _wait_runner(self, pid: int, handoff: Handoff) -> int | None:
+        """Until the runner has exited (its wait status), or has handed its verdict over and closed its output
+        (None): then only its exit is left, which :meth:`reap` waits for once the verdict is committed."""
+        pidfd = os.pidfd_open(pid)
+        try:
+            while True:
+                ready, _, _ = select.select([pidfd, self.handed_r], [], [])
+                if pidfd in ready:
+                    return os.waitpid(pid, 0)[1]
+                os.read(self.handed_r, 64)
+                if handoff.taken() is not None:  # said by the runner itself, not by the cell's code
+                    self.unreaped = pid
+                    return None
+        finally:
+            os.close(pidfd)
+
+    def reap(self) -> None:
+        """Wait for a runner that was left to finish its exit."""
+        pid, self.unreaped = self.unreaped, None
+        if pid is not None:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
 
     def start_runner(self, job: RunnerJob) -> tuple[int, tuple[int, int, int]]:
         """Fork the cell's runner for ``job``: its pid, and the ends its stdout, stderr and events are read from
@@ -416,6 +447,7 @@ def main(argv: list[str]) -> int:
         agent.shipper.event(f"nbburst: refusing to go on: {exc}")
         agent.shipper.flush()
         state = agent.commit_terminal(State.FAILED, str(exc))
+    agent.reap()
     if state.terminal:
         from .envsync import settle
 

@@ -19,7 +19,7 @@ from ..protocol.job import ENV_ATTEMPT, JobLayout, JobSpec
 from ..store import open_store
 from .channel import Channel, flush_all
 from .spawn import EXIT_ORPHANED, pin_cpus
-from .verdict import Handoff
+from .verdict import HANDED, Handoff
 
 if TYPE_CHECKING:
     from .runner import Prepared
@@ -88,7 +88,7 @@ class Pipes:
 def serve(pipes: Pipes, next_job: Callable[[], RunnerJob | None], ready: bool = False) -> int:
     """A runner's life, in the forked child: ``ready``, it sets up its shell before ``next_job()`` tells it
     its job (None: no job will come, as its controller is gone)."""
-    from .runner import Prepared
+    from .runner import EXIT_ERROR, EXIT_RESULT, Prepared
 
     channel, control_fd = pipes.in_runner()
     try:
@@ -99,6 +99,19 @@ def serve(pipes: Pipes, next_job: Callable[[], RunnerJob | None], ready: bool = 
         if job is None:
             return EXIT_ORPHANED
         job.enter()
-        return job.run(channel, control_fd, prepared)
+        code = job.run(channel, control_fd, prepared)
+        if code in (EXIT_RESULT, EXIT_ERROR):
+            _handed(channel)
+        return code
     finally:
         flush_all()
+
+
+def _handed(channel: Channel) -> None:
+    """Close the output, then say that the verdict is handed over (the event's pipe last): the shipper reads to
+    the end of each without waiting for this process to be gone."""
+    flush_all()
+    os.close(1)
+    os.close(2)
+    channel.write({"s": HANDED})
+    os.close(channel.fd)

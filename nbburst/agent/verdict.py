@@ -22,6 +22,9 @@ from ..protocol.folder import JobFolder
 from ..store import AlreadyExists, NotFound
 
 RESULT, ERROR = "result", "error"
+#: The event a runner sends once its verdict is handed over and its output closed: all that is left of it is
+#: its exit, which its controller need not wait for (a process forked from a big one takes milliseconds to go).
+HANDED = "handed"
 
 
 class Handoff:

@@ -135,5 +135,8 @@ def control(conn: socket.socket, request: dict[str, Any], ready: ReadyRunner | N
         agent.ready = ready
         preemption.install(agent)
         agent.run()
+        _notify(conn, b"D")
+        agent.reap()  # after the client is told: its runner's exit is no cell's time
+        return 0
     _notify(conn, b"D")
     return 0
