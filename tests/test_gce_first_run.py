@@ -109,8 +109,11 @@ def test_with_nothing_configured_a_job_boots_debian_12(stock_env, compute_emulat
     assert plan.image == "projects/debian-cloud/global/images/debian-12-bookworm-v20240110"
     assert "the default stock image" in plan.reason
     job = burst.submit(sum, [1, 2, 3], options=burst.options(backend="gce", cores=2))
-    assert job.result(timeout=240) == 6, job.console()[-3000:]
-    console = job.console()
+    console = ""
+    while not job.state.terminal:  # the VM's serial output, read while it exists (it deletes itself at the end)
+        console = job.console() or console
+        time.sleep(0.2)
+    assert job.result(timeout=240) == 6, console[-3000:]
     assert "asking uv" not in console  # debian-12's python3 is the notebook's 3.11: no other Python needed
     assert "packages with uv" in console
 

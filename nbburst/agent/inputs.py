@@ -51,7 +51,11 @@ class Inputs:
         self.arrays: dict[tuple[str, int], str] = {}  # address -> fingerprint, for arrays inside inputs
 
     def watch(
-        self, ns: dict[str, Any], names: list[str], inner: dict[str, dict[int, Any]], known: dict[str, Arrival]
+        self,
+        ns: dict[str, Any],
+        names: list[str],
+        inner: dict[str, dict[int, Any]],
+        known: dict[str, Arrival] | None = None,
     ) -> None:
         """Fingerprint ``names`` as they are now (after loading, before the cell), and the arrays inside
         them on their own (hashing an array is cheap: only a changed one needs to travel back); ``known``:
@@ -59,7 +63,7 @@ class Inputs:
         if not self.track:
             return
         for name in names:
-            fp, arrays = known.get(name) or arrival(ns[name], inner.get(name, {}))
+            fp, arrays = (known or {}).get(name) or arrival(ns[name], inner.get(name, {}))
             if fp is not None:
                 self.arrived[name] = (ns[name], fp)
                 self.inner[name] = inner.get(name, {})
