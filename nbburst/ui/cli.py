@@ -32,7 +32,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from .. import __version__, config
@@ -333,17 +334,9 @@ def _gc_machines(
         if m.labels.get("nbburst-session") == "1":
             continue  # a warm session's VM ends itself (idle, its limit); `nbburst sessions --stop` ends it
         why = _job_over(burst, store, job_id, f"machine {m.name}")
-        if why is None:
-            continue
-        if not args.dry_run:
-            try:
-                machines.delete(m.name)
-            except Exception as exc:
-                print(f"nbburst: could not delete machine {m.name}: {exc}", file=sys.stderr)
-                problems += 1
-                continue
-        done["machine"] = done.get("machine", 0) + 1
-        print(f"{verb} machine {m.name} ({backend}): {why}")
+        if why is not None:
+            line = f"{verb} machine {m.name} ({backend}): {why}"
+            problems += _gc_delete(args, done, "machine", f"machine {m.name}", partial(machines.delete, m.name), line)
     return problems
 
 
@@ -361,15 +354,10 @@ def _gc_watchers(
         print(f"nbburst: could not list the {backend} backend's watchers: {exc}", file=sys.stderr)
         return 1
     for name in idle:
-        if not args.dry_run:
-            try:
-                machines.watchers.delete(name)
-            except Exception as exc:
-                print(f"nbburst: could not delete the watcher {name}: {exc}", file=sys.stderr)
-                problems += 1
-                continue
-        done["watcher"] = done.get("watcher", 0) + 1
-        print(f"{verb} watcher {name} ({backend}): no unfinished job in {store.url}")
+        line = f"{verb} watcher {name} ({backend}): no unfinished job in {store.url}"
+        problems += _gc_delete(
+            args, done, "watcher", f"the watcher {name}", partial(machines.watchers.delete, name), line
+        )
     return problems
 
 
@@ -405,18 +393,27 @@ def _gc_held_keys(
         if owner and _as_label(owner) != me and not args.any_owner:
             continue
         why = _job_over(burst, store, job_id, f"the key of job {job_id}")
-        if why is None:
-            continue
-        if not args.dry_run:
-            try:
-                machines.release_key(job_id)
-            except Exception as exc:
-                print(f"nbburst: could not delete the key of job {job_id}: {exc}", file=sys.stderr)
-                problems += 1
-                continue
-        done["held key"] = done.get("held key", 0) + 1
-        print(f"{verb} the {backend} key of job {job_id}: {why}")
+        if why is not None:
+            line = f"{verb} the {backend} key of job {job_id}: {why}"
+            what = f"the key of job {job_id}"
+            problems += _gc_delete(args, done, "held key", what, partial(machines.release_key, job_id), line)
     return problems
+
+
+def _gc_delete(
+    args: argparse.Namespace, done: dict[str, int], kind: str, what: str, delete: Callable[[], Any], line: str
+) -> int:
+    """Delete one thing (unless ``--dry-run``), count it as a ``kind`` and print ``line``; returns 1 if the
+    deletion failed (it is said, naming ``what``), else 0."""
+    if not args.dry_run:
+        try:
+            delete()
+        except Exception as exc:
+            print(f"nbburst: could not delete {what}: {exc}", file=sys.stderr)
+            return 1
+    done[kind] = done.get(kind, 0) + 1
+    print(line)
+    return 0
 
 
 def _gc_old_jobs(
