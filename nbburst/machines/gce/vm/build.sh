@@ -9,12 +9,8 @@ fail() {
   say "FAILED: $1"
   power_off 1
 }
-BASE="$(vm_base)"
-export NBBURST_HOME="$BASE"
-export PYTHONUNBUFFERED=1
-vm_env "$BASE"
+vm_folder || fail "cannot create $BASE"
 WANT="__PYTHON__"
-mkdir -p "$BASE" || fail "cannot create $BASE"
 PY="$(command -v python3 || command -v python)"
 say "begin (Python $WANT wanted, the image's: ${PY:-none}, folder: $BASE)"
 [ -n "$PY" ] || fail "this image has no python3 to run the build"

@@ -25,3 +25,11 @@ vm_base() {
 vm_env() {
   export PATH="$1/bin:$PATH" UV_CACHE_DIR="$1/uv-cache" UV_PYTHON_INSTALL_DIR="$1/python" UV_NO_PROGRESS=1
 }
+
+# vm_folder: nbburst's folder on the boot disk as BASE, created, with the environment its programs run in.
+vm_folder() {
+  BASE="$(vm_base)"
+  export NBBURST_HOME="$BASE" PYTHONUNBUFFERED=1
+  vm_env "$BASE"
+  mkdir -p "$BASE"
+}

@@ -8,11 +8,7 @@ powerdown() {
   say "$1; powering off"
   power_off 1
 }
-BASE="$(vm_base)"
-export NBBURST_HOME="$BASE"
-export PYTHONUNBUFFERED=1
-vm_env "$BASE"
-mkdir -p "$BASE" || powerdown "cannot create $BASE"
+vm_folder || powerdown "cannot create $BASE"
 PY="$(command -v python3 || command -v python)"
 [ -n "$PY" ] || { [ -x "$BASE/venv/bin/python" ] && PY="$BASE/venv/bin/python"; }
 say "begin (python: ${PY:-none}, folder: $BASE)"
