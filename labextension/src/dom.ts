@@ -52,3 +52,40 @@ export function setHidden(el: HTMLElement, hidden: boolean): void {
     el.hidden = hidden;
   }
 }
+
+/**
+ * Show `items` in `list` as rows kept by key, in the items' order: a row is made once (`create`),
+ * updated in place (`update`) and moved only when out of place; rows whose item is gone are removed.
+ */
+export function syncRows<T, R extends { node: HTMLElement }>(
+  list: HTMLElement,
+  rows: Map<string, R>,
+  items: readonly T[],
+  key: (item: T) => string,
+  create: (key: string) => R,
+  update: (row: R, item: T) => void
+): void {
+  const seen = new Set<string>();
+  let previous: HTMLElement | null = null;
+  for (const item of items) {
+    const k = key(item);
+    seen.add(k);
+    let row = rows.get(k);
+    if (!row) {
+      row = create(k);
+      rows.set(k, row);
+    }
+    update(row, item);
+    const expected: ChildNode | null = previous ? previous.nextSibling : list.firstChild;
+    if (expected !== row.node) {
+      list.insertBefore(row.node, expected);
+    }
+    previous = row.node;
+  }
+  for (const [k, row] of rows) {
+    if (!seen.has(k)) {
+      row.node.remove();
+      rows.delete(k);
+    }
+  }
+}

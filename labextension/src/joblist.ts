@@ -2,7 +2,7 @@ import { refreshIcon } from '@jupyterlab/ui-components';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { h, setAttr, setHidden, setText } from './dom';
+import { h, setAttr, setHidden, setText, syncRows } from './dom';
 import {
   formatSpend,
   formatElapsed,
@@ -166,28 +166,7 @@ export class JobListView extends Widget {
     setHidden(this._empty, !empty);
 
     // Update rows in place, keyed by job id, and keep the server's order.
-    const seen = new Set<string>();
-    let previous: HTMLLIElement | null = null;
-    for (const job of jobs) {
-      seen.add(job.id);
-      let row = this._rows.get(job.id);
-      if (!row) {
-        row = createRow(job.id);
-        this._rows.set(job.id, row);
-      }
-      updateRow(row, job);
-      const expected: ChildNode | null = previous ? previous.nextSibling : this._list.firstChild;
-      if (expected !== row.node) {
-        this._list.insertBefore(row.node, expected);
-      }
-      previous = row.node;
-    }
-    for (const [id, row] of this._rows) {
-      if (!seen.has(id)) {
-        row.node.remove();
-        this._rows.delete(id);
-      }
-    }
+    syncRows(this._list, this._rows, jobs, job => job.id, createRow, updateRow);
   }
 
   private _onListClick = (event: MouseEvent): void => {

@@ -3,7 +3,7 @@ import { Poll } from '@lumino/polling';
 import { Widget } from '@lumino/widgets';
 
 import { BurstApi, errorMessage } from './api';
-import { h, setAttr, setHidden, setText } from './dom';
+import { h, setAttr, setHidden, setText, syncRows } from './dom';
 import {
   formatCost,
   ISessionInfo,
@@ -94,28 +94,14 @@ export class SessionsView extends Widget {
     setHidden(this._error, !this._problem);
     setHidden(this.node, !this._sessions.length && !this._problem);
     const now = Date.now() / 1000;
-    const seen = new Set<string>();
-    let previous: HTMLLIElement | null = null;
-    for (const session of this._sessions) {
-      seen.add(session.name);
-      let row = this._rows.get(session.name);
-      if (!row) {
-        row = createRow(session.name);
-        this._rows.set(session.name, row);
-      }
-      updateRow(row, session, now, this._stopping.has(session.name));
-      const expected: ChildNode | null = previous ? previous.nextSibling : this._list.firstChild;
-      if (expected !== row.node) {
-        this._list.insertBefore(row.node, expected);
-      }
-      previous = row.node;
-    }
-    for (const [name, row] of this._rows) {
-      if (!seen.has(name)) {
-        row.node.remove();
-        this._rows.delete(name);
-      }
-    }
+    syncRows(
+      this._list,
+      this._rows,
+      this._sessions,
+      session => session.name,
+      createRow,
+      (row, session) => updateRow(row, session, now, this._stopping.has(session.name))
+    );
   }
 
   private async _fetch(): Promise<void> {
