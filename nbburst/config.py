@@ -99,6 +99,11 @@ class NBBurst(Configurable):
     )
     owner = Unicode("", help="Owner label on machines (default: the user name).").tag(config=True)
     poll_interval = Float(0.25, help="Seconds between status polls while a cell waits.").tag(config=True)
+    view_after = Float(
+        0.5,
+        help="Seconds a cell on a warm session runs before its live view is shown; one that ends sooner shows "
+        "only its own output, as a plain cell does.",
+    ).tag(config=True)
     prices = Dict(help="Price overrides merged over nbburst.protocol.pricing.DEFAULT_TABLE (same shape).").tag(
         config=True
     )

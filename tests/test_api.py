@@ -30,6 +30,21 @@ def test_submit_returns_a_job_with_result_logs_and_status(burst_env):
     assert job.info()["state"] == "SUCCEEDED" and job.info()["machine"]["cores"] == 1
 
 
+def scored(n):
+    for k in range(n):
+        nbburst.progress(k + 1, n, "score")
+    return n
+
+
+def test_the_verdict_carries_the_last_progress(burst_env):
+    """The job's end holds the progress it ended on: a reader that sees the end before the attempt's final
+    status (written just after it) still shows the bar at 3/3, not an older one."""
+    job = nbburst.submit(scored, 3, cores=1)
+    assert job.result(timeout=60) == 3
+    assert job.terminal().progress == {"done": 3, "total": 3, "desc": "score"}
+    assert job.info()["progress"] == job.terminal().progress
+
+
 def test_remote_exception_from_result(burst_env):
     job = nbburst.submit(slow_square, "a", delay=0)
     with pytest.raises(TypeError, match="can't multiply"):

@@ -797,7 +797,7 @@ class Job:
             "cost_per_hour_usd": cost["per_hour"],
             "saving_usd": round(cost["saving"], 4),
             "cost": cost,
-            "progress": status.progress if status else None,
+            "progress": (terminal.progress if terminal and terminal.progress else status.progress if status else None),
             "budget": budget.view(self.spec.budget_usd, cost["total"]),
             "resumed_from": self.spec.resumed_from or None,
             "message": (terminal.reason if terminal else status.message if status else ""),

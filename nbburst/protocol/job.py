@@ -244,6 +244,7 @@ class Terminal(_StateRecord):
     at: float = field(default_factory=time.time)
     by: str = "agent"
     cost: dict[str, Any] | None = None
+    progress: dict[str, Any] | None = None  # the ending attempt's last progress (its final status may come later)
 
 
 # Log records. A chunk is UTF-8 JSON lines, one record a line:

@@ -33,7 +33,8 @@ def commit_terminal(
     """Write the job's end once (create-only, sealed), with its cost; if someone else ended it first, theirs
     stands, unless theirs came from an attempt superseded before it wrote it (:func:`.fence.stands`); one
     planted without the job's key is replaced (and reported)."""
-    terminal = Terminal(state, reason, attempt, by=by)
+    ending = next((s for s in statuses if s.attempt == attempt), None)
+    terminal = Terminal(state, reason, attempt, by=by, progress=ending.progress if ending else None)
     try:
         terminal.cost = pricing.job_cost(spec, statuses, terminal.at)
     except Exception:  # a cost estimate must never stop a job from ending

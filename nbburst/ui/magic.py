@@ -54,10 +54,6 @@ class _HelpShown(Exception):
     pass
 
 
-#: How long a cell on a warm session runs before its live view is shown (a shorter one shows only its output).
-VIEW_AFTER_SECONDS = 0.5
-
-
 @magics_class
 class BurstMagics(Magics):
     def __init__(self, shell: Any):
@@ -174,7 +170,8 @@ class BurstMagics(Magics):
             tail = job.tail()
             # A cell on a warm session is often over in a few milliseconds: then, as a plain cell, it shows only
             # its own output. Its view comes if it runs on.
-            if job.session is None or backlog or not job.wait(VIEW_AFTER_SECONDS, on_record, tail=tail).terminal:
+            quick = self.client.settings.view_after
+            if job.session is None or backlog or not job.wait(quick, on_record, tail=tail).terminal:
                 view = self._view(job, tail)
             if view is not None:
                 for record in before_view:
