@@ -201,3 +201,26 @@ def test_a_cancelled_cell_leaves_the_session_warm(burst):
     after = run(burst, PARENT + "c = 3", ns)
     assert after.state == State.SUCCEEDED and ns["c"] == 3
     assert ns["parent"] == session.ask({})["pid"]
+
+
+def test_the_kernel_imports_what_the_cell_imports_while_the_cell_runs(burst, tmp_path, monkeypatch):
+    """A module that is slow to import is imported in the kernel while the machine imports it too, not after
+    the cell ended: the cell's variable is the module, and the kernel needs it to load the values."""
+    package = tmp_path / "modules"
+    package.mkdir()
+    log = tmp_path / "imports.log"
+    (package / "slowmod.py").write_text(
+        f"import os, time\nwith open({str(log)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}} {{time.time()}}\\n')\n"
+        "time.sleep(1.0)\n"
+    )
+    monkeypatch.syspath_prepend(str(package))
+    monkeypatch.setenv("PYTHONPATH", str(package))
+    monkeypatch.delitem(__import__("sys").modules, "slowmod", raising=False)
+    burst.sessions.start(cores=1, idle="5m", timeout="10m", preload=[])
+    ns: dict[str, Any] = {}
+    job = run(burst, "import slowmod\nx = 1", ns)
+    assert job.state == State.SUCCEEDED and ns["slowmod"].__name__ == "slowmod"
+    started = {int(pid): float(at) for pid, at in (line.split() for line in log.read_text().splitlines())}
+    assert started[os.getpid()] < job.terminal().at, "the kernel began importing it before the cell ended"
+    nested = run(burst, "def f():\n    import json_nothing_here\nimport_later = 1", ns)
+    assert nested.state == State.SUCCEEDED and nested.imports_ahead is None  # nothing imported for certain

@@ -49,7 +49,7 @@ from ..protocol.job import (
 )
 from ..protocol.outcome import commit_terminal, holds_verdict, read_error, verdict_object
 from ..store import AlreadyExists, NotFound, Store, open_store
-from . import background, files, resume, workers
+from . import background, files, importahead, resume, workers
 from .capture import Capture, unpicklable_message
 from .session import Session, Sessions
 
@@ -108,6 +108,7 @@ class Burst:
             "cell", code, cap.values, cap.modules, options, cap.outputs, cap.deletes, extra, cap.optional, cap.namespace
         )
         job.namespace = cap.namespace
+        job.imports_ahead = importahead.start(code)
         return job
 
     def submit(self, fn: Callable[..., Any], *args: Any, options: Options | None = None, **kwargs: Any) -> Job:
@@ -413,6 +414,7 @@ class Job:
         self._folder: JobFolder | None = None
         self.session: Session | None = None  # the warm session its first attempt runs on
         self.wake: Callable[[float], None] | None = None  # what wait() sleeps on (a session's news), else time
+        self.imports_ahead: threading.Thread | None = None  # the kernel importing what the cell imports
 
     def __repr__(self) -> str:
         # No state here: a repr stays frozen in the notebook's Out while the job moves on.
@@ -712,6 +714,8 @@ class Job:
                 missing = f"job {self.id} succeeded but its result.pkl is missing from the Store"
                 raise JobFailed(missing, state.value) from None
             target = namespace if namespace is not None else self.namespace
+            if self.imports_ahead is not None:
+                self.imports_ahead.join()  # its modules are the values' modules: imported by one thread at a time
             return CellResult.load(data, target if target is not None else user_namespace(), self.inner)
         if not state.terminal:
             raise JobFailed(f"job {self.id} has not finished (it is {state.value})", state.value)
