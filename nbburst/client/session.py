@@ -123,12 +123,13 @@ class Session:
     def alive(self) -> bool:
         return self.sessions.burst.machines(self.record.backend).describe(self.machine).state != GONE
 
-    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        """A request the warm parent answers with a line of JSON (its state; ``stop``)."""
+    def ask(self, request: dict[str, Any], timeout: float = ASK_SECONDS) -> dict[str, Any]:
+        """A request the warm parent answers with a line of JSON (its state; ``stop``); ``timeout``: how long a
+        local parent may take (a table gives up soon: one still warming up, or ending, answers nothing)."""
         if sessionstore.relayed(self.sessions.burst, self.record.backend):
             return sessionstore.ask(self, request)
         with self.connect(self.record.control) as conn:
-            conn.settimeout(ASK_SECONDS)  # a parent still warming up (or ending) answers nothing
+            conn.settimeout(timeout)
             conn.sendall(json.dumps({"token": self.record.token, **request}).encode() + b"\n")
             return json.loads(conn.makefile("rb").readline() or b"{}")
 
