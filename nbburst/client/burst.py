@@ -26,7 +26,7 @@ from ..machines.base import GONE, STOPPED, machine_name
 from ..options import Options, file_destination
 from ..protocol import backends, budget, fence, payload, pricing, signing, transfer
 from ..protocol import state as process_state
-from ..protocol.env import manifest
+from ..protocol.env import manifest, manifest_json
 from ..protocol.folder import JobFolder
 from ..protocol.job import (
     BLOBS_PREFIX,
@@ -205,7 +205,7 @@ class Burst:
         inputs["values"] = {name: upload_blob(store, enc) for name, enc in encoded.items()}
         put("code.py", code.encode())
         put("inputs.json", json.dumps(inputs, indent=1).encode())
-        put("env.json", json.dumps(manifest(), indent=1).encode())
+        put("env.json", manifest_json())
         if files:
             put("files.json", json.dumps({rel: upload_file(store, path) for rel, path in files.items()}).encode())
         spec = JobSpec(

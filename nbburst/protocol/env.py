@@ -57,6 +57,13 @@ def manifest() -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=1)
+def manifest_json() -> bytes:
+    """:func:`manifest` as every job's ``env.json`` holds it (encoded once per process: a session's cells each
+    write it)."""
+    return json.dumps(manifest(), indent=1).encode()
+
+
 def normalise(name: str) -> str:
     """A distribution name as pip compares them (PEP 503)."""
     return re.sub(r"[-_.]+", "-", name).lower()

@@ -26,8 +26,22 @@ Callback = Callable[[types.ModuleType], None]
 
 
 def loaded_submodules(packages: Iterable[str]) -> list[str]:
-    """Names of the real submodules of ``packages`` (top-level names) in ``sys.modules``, in import order."""
-    tops = set(packages)
+    """Names of the real submodules of ``packages`` (top-level names) in ``sys.modules``, in import order.
+
+    Asked before every cell, over thousands of modules once a notebook imports a few libraries: the answer is
+    kept until ``sys.modules`` changes (its size or its last entry: modules are added at its end)."""
+    tops = frozenset(packages)
+    names = list(sys.modules)  # one step under the GIL, while another thread may be importing
+    mark = (tops, len(names), names[-1] if names else None)
+    if _last_scan[0] != mark:
+        _last_scan[:] = [mark, _scan(tops)]
+    return list(_last_scan[1])
+
+
+_last_scan: list[Any] = [None, []]
+
+
+def _scan(tops: frozenset[str]) -> list[str]:
     found = []
     for name, module in list(sys.modules.items()):
         if "." not in name or name.partition(".")[0] not in tops or not isinstance(module, types.ModuleType):

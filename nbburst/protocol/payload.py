@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import hashlib
 import mmap
 import os
@@ -96,6 +97,7 @@ class Encoded:
         return b"".join(self.parts)
 
 
+@functools.lru_cache(maxsize=1)
 def _installed_roots() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     return tuple({os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")})

@@ -47,6 +47,8 @@ _REGISTRY: dict[str, Entry] = {}
 #: States a cell left that wait for their module to be imported here (numpy's RNG state, seeded on the machine,
 #: waits for ``numpy.random``, which numpy imports lazily): the next cell takes them along as they are.
 _pending: dict[str, Any] = {}
+#: Entries that pickled once (:func:`capture`).
+_travels: set[Entry] = set()
 
 
 def register(name: str, get: Callable[[], Any], set: Callable[[Any], None], module: str | None = None) -> None:
@@ -74,7 +76,9 @@ def capture() -> dict[str, tuple[Entry, bytes]]:
             continue
         try:
             value = entry.get() if entry.module in sys.modules else _pending[name]
-            cloudpickle.dumps(entry)  # its getter and setter travel too
+            if entry not in _travels:  # its getter and setter travel too: checked once, not before every cell
+                cloudpickle.dumps(entry)
+                _travels.add(entry)
             found[name] = (entry, cloudpickle.dumps(value, protocol=5))
         except Exception as exc:
             warnings.warn(f"nbburst: the state {name!r} stays here: {exc}", RuntimeWarning, stacklevel=2)
