@@ -233,3 +233,23 @@ def test_the_kernel_imports_what_the_cell_imports_while_the_cell_runs(burst, tmp
     assert started[os.getpid()] < job.terminal().at, "the kernel began importing it before the cell ended"
     nested = run(burst, "def f():\n    import json_nothing_here\nimport_later = 1", ns)
     assert nested.state == State.SUCCEEDED and nested.imports_ahead is None  # nothing imported for certain
+
+
+def test_a_cell_preempted_unwatched_comes_back_without_ending_the_session_revived_meanwhile(burst, monkeypatch):
+    """The session's machine is preempted while a cell runs and nobody waits on it; the next cell brings the
+    session back; only then is the first cell relaunched. Its relaunch replaces the machine it ran on, which
+    must not be the session as it came back."""
+    monkeypatch.setenv("NBBURST_BACKGROUND_SUPERVISOR", "false")  # the relaunch happens when this test says
+    burst.sessions.start(cores=1, idle="5m", timeout="10m", preload=[])
+    ns: dict[str, Any] = {}
+    code = "import time\ntime.sleep(2)\nv = 5"
+    first = burst.submit_cell(code, capture(code, ns, None), burst.options(max_restarts=2))
+    wait_until(lambda: first.state == State.RUNNING, timeout=60, what="the cell runs")
+    first.preempt(grace_s=1.0)
+    after = run(burst, PARENT + "w = 1", ns)
+    assert after.state == State.SUCCEEDED and after.session.revived
+    warm = asked(burst.sessions.get())["pid"]
+    assert first.wait(timeout=120) == State.SUCCEEDED and first.attempt == 2, first.logs()
+    assert psutil.pid_exists(warm) and asked(burst.sessions.get())["pid"] == warm, "the revived session lives on"
+    again = run(burst, PARENT + "x = 2", ns)
+    assert again.state == State.SUCCEEDED and ns["parent"] == warm and not again.session.revived

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..errors import UnsupportedOption, UsageError
-from ..machines.base import GONE, machine_name
+from ..machines.base import GONE
 from ..options import Options
 from ..protocol import pricing
 from ..protocol.durations import parse_duration
@@ -282,13 +282,15 @@ class Sessions:
             return sessionstore.boot(self.burst, record)
         folder = tempfile.mkdtemp(prefix="nbb-")  # a folder only this user enters
         record.socket, record.control = os.path.join(folder, "cells"), os.path.join(folder, "control")
-        record.machine = machine_name(record.session_id)
+        record.machine = sessionstore.machine_for(record)  # one name per boot: a relaunch after a preemption
+        # deletes the machine it names, which must never be the session as it came back since
         self._save(record)
         argv = [record.socket, "--control", record.control, "--idle", str(record.idle_s), "--until", str(record.until)]
         if record.preload:
             argv += ["--preload", ",".join(record.preload)]
         machines = self.burst.machines(record.backend)
-        machines.launch_session(record.session_id, record.cpus, argv, {"NBBURST_SESSION_TOKEN": record.token})
+        env = {"NBBURST_SESSION_TOKEN": record.token}
+        machines.launch_session(record.session_id, record.machine, record.restarts + 1, record.cpus, argv, env)
         session = Session(self, record)
         deadline = time.monotonic() + START_SECONDS
         while True:

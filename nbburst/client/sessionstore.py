@@ -49,7 +49,7 @@ def relayed(burst: Burst, backend: str) -> bool:
 
 
 def machine_for(record: SessionRecord) -> str:
-    """The name of the session's VM for its current boot (at most 63 characters, as Compute Engine wants)."""
+    """The name of the session's machine for its current boot (at most 63 characters, as Compute Engine wants)."""
     suffix = f"-{record.restarts}"
     return machine_name(record.session_id)[: MAX_NAME - len(suffix)].rstrip("-") + suffix
 

@@ -172,13 +172,15 @@ class LocalMachines(Machines):
         command = [sys.executable, "-m", "nbburst.agent", job_url]
         return self._run(name, command, env, {"job_id": spec.job_id, "attempt": attempt, "marker": marker}, cpus)
 
-    def launch_session(self, session_id: str, cpus: list[int], argv: list[str], env: dict[str, str]) -> str:
-        """Start a session's machine: its warm parent (``python -m nbburst.agent.session ARGV``, agent/session.py),
-        marked with ``session_id`` as an attempt is with its job, so deleting the machine ends every cell it ran."""
-        name = machine_name(session_id)
-        full_env = {**_machine_env(name, cpus, attempt_tag(session_id, 1)), **env}
+    def launch_session(
+        self, session_id: str, name: str, boot: int, cpus: list[int], argv: list[str], env: dict[str, str]
+    ) -> str:
+        """Start machine ``name``, boot ``boot`` (1, 2, ...) of a session: its warm parent (``python -m
+        nbburst.agent.session ARGV``, agent/session.py), marked with ``session_id`` and the boot as an attempt is
+        with its job, so deleting the machine ends every cell it ran, and never a later boot's."""
+        full_env = {**_machine_env(name, cpus, attempt_tag(session_id, boot)), **env}
         command = [sys.executable, "-m", "nbburst.agent.session", *argv]
-        return self._run(name, command, full_env, {"job_id": session_id, "attempt": 1, "marker": session_id}, cpus)
+        return self._run(name, command, full_env, {"job_id": session_id, "attempt": boot, "marker": session_id}, cpus)
 
     def _run(self, name: str, command: list[str], env: dict[str, str], fields: dict, cpus: list[int]) -> str:
         """Start a machine's process group and record it (``fields``: job_id, attempt, marker)."""
