@@ -4,6 +4,8 @@ on Vertex AI Workbench."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from nbburst.client.burst import Burst
@@ -122,8 +124,9 @@ def test_python_mismatch_of_a_labelled_image_is_refused_before_launch(gce_env, c
 def test_python_mismatch_found_on_the_vm_fails_and_deletes_it(gce_env, compute_emulator, monkeypatch):
     import nbburst.client.burst
 
-    real = nbburst.client.burst.manifest()
-    monkeypatch.setattr(nbburst.client.burst, "manifest", lambda: {**real, "python": "3.10.4"})
+    notebook = {**nbburst.client.burst.manifest(), "python": "3.10.4"}
+    monkeypatch.setattr(nbburst.client.burst, "manifest", lambda: notebook)
+    monkeypatch.setattr(nbburst.client.burst, "manifest_json", lambda: json.dumps(notebook, indent=1).encode())
     burst = Burst()
     job = submit(burst, cores=2)
     assert job.wait(timeout=60, supervise=False) == State.FAILED
