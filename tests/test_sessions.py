@@ -253,3 +253,30 @@ def test_a_cell_preempted_unwatched_comes_back_without_ending_the_session_revive
     assert psutil.pid_exists(warm) and asked(burst.sessions.get())["pid"] == warm, "the revived session lives on"
     again = run(burst, PARENT + "x = 2", ns)
     assert again.state == State.SUCCEEDED and ns["parent"] == warm and not again.session.revived
+
+
+def test_a_session_is_not_idle_while_a_client_waits_to_hand_it_a_cell(tmp_path):
+    """A cell sent as the idle time runs out is not lost: a client waiting on the cells' socket, or one a spare
+    has accepted (it says so), keeps the session up."""
+    import socket
+    import time
+
+    from nbburst.agent.session import CONNECTED, WarmParent, _listen
+
+    cells, control = _listen(str(tmp_path / "cells")), _listen(str(tmp_path / "control"))
+    parent = WarmParent(cells, control, "token", idle_s=1.0, until=time.time() + 60)
+    try:
+        parent.last = time.time() - 5
+        assert "without a cell" in parent._over()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(str(tmp_path / "cells"))
+            assert parent._over() == "" and time.time() - parent.last < 1, "waiting to be accepted"
+            accepted, _ = cells.accept()  # a spare takes the connection, and tells the parent
+            with accepted:
+                parent.last = time.time() - 5
+                os.write(parent.report_w, CONNECTED)
+                parent._reported()
+                assert parent._over() == "" and parent.cells == 0 and not parent.taken
+    finally:
+        cells.close()
+        control.close()

@@ -32,11 +32,13 @@ import ctypes
 import hmac
 import json
 import os
+import select
 import selectors
 import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..protocol import imports, payload, plaindata, transfer
@@ -54,6 +56,8 @@ LIMIT_GRACE_SECONDS = 10.0
 #: its runner ready take CPU that a short cell needs (a session of one core has just one), and a notebook
 #: sends its next cell only once this one has ended.
 SPARE_DELAY_SECONDS = 0.5
+#: What a spare tells the parent when a client connects to hand it a cell (the session is not idle then).
+CONNECTED = b'{"connected": true}\n'
 #: What a session imports before its first cell, besides the notebook's modules.
 RUNTIME = (
     "nbburst.agent.runner",
@@ -78,13 +82,16 @@ KERNEL_SIDE = frozenset(
 INSTEAD = {"matplotlib": ("matplotlib", "matplotlib.figure", "matplotlib.axes", "matplotlib.backends.backend_agg")}
 
 
-def _take_cell(cells: socket.socket, token: str) -> tuple[socket.socket, dict[str, Any]]:
+def _take_cell(
+    cells: socket.socket, token: str, on_connect: Callable[[], object]
+) -> tuple[socket.socket, dict[str, Any]]:
     """In the spare controller: wait for the next cell's request (the session's token, a job). The client
     connects before it writes the job (to check that the session is up) and sends the request once the job
     is in the Store, which takes as long as its inputs' upload: no time limit here; a client that goes away
-    closes the connection."""
+    closes the connection. ``on_connect``: a client has connected (the session is not idle)."""
     while True:
         conn, _ = cells.accept()
+        on_connect()
         try:
             request = json.loads(conn.makefile("rb").readline() or b"{}")
             if hmac.compare_digest(str(request.pop("token", "")), token) and request.get("job"):
@@ -157,6 +164,9 @@ class WarmParent:
         if now >= self.until:
             return "the session's time limit"
         if not self.running and now - self.last >= self.idle_s:
+            if _waiting(self.cells_socket):  # a client has connected and waits for a spare to take its cell
+                self.last = now
+                return ""
             return f"{self.idle_s:g} s without a cell"
         return ""
 
@@ -195,7 +205,7 @@ class WarmParent:
             for fd in inherited:  # the parent's: a cell holds only its own connection and the report pipe
                 os.close(fd)
             ready = warmcell.ReadyRunner()  # the cell's runner, its shell made while no cell waits
-            conn, request = _take_cell(cells, token)
+            conn, request = _take_cell(cells, token, lambda: os.write(report_w, CONNECTED))
             cells.close()
             os.write(report_w, json.dumps({**request, "pid": os.getpid()}).encode() + b"\n")  # < PIPE_BUF: whole
             os.close(report_w)
@@ -208,20 +218,23 @@ class WarmParent:
         self.sel.register(pidfd, selectors.EVENT_READ, "spare")
 
     def _reported(self) -> None:
-        """A spare took a cell: it is the cell's controller now; load what the cell brought, fork the next."""
+        """A spare took a cell: it is the cell's controller now; load what the cell brought, fork the next. (Or
+        a client connected to the spare to hand it a cell: the session is not idle.)"""
         self.reports += os.read(self.report_r, 1 << 16)
         *lines, self.reports = self.reports.split(b"\n")
         for line in lines:
+            self.last = time.time()
             request = json.loads(line)
+            if request.get("connected"):
+                continue
             pid = request["pid"]
             if self.spare is not None and self.spare[0] == pid:
                 self.sel.modify(self.spare[1], selectors.EVENT_READ, pid)
                 self.running[pid] = self.spare[1]
                 self.spare = None
             self.cells += 1
-            self.last = time.time()
             self.taken.append(request)
-        self.spare_due = time.time() + SPARE_DELAY_SECONDS
+            self.spare_due = time.time() + SPARE_DELAY_SECONDS
 
     def _renew(self) -> None:
         """Load what the cells taken since the last spare brought (modules, inputs), then fork the next spare,
@@ -399,6 +412,12 @@ def _end_leftovers(keep: set[int]) -> None:
             return
         if pid == 0:
             return
+
+
+def _waiting(sock: socket.socket) -> bool:
+    """Whether a connection waits on listening socket ``sock`` (nobody has accepted it yet)."""
+    readable, _, _ = select.select([sock], [], [], 0)
+    return bool(readable)
 
 
 def _listen(path: str) -> socket.socket:
