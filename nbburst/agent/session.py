@@ -26,7 +26,6 @@ start, so what a cell left behind (a double fork) is ended once no cell runs.
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import ctypes
 import hmac
@@ -318,7 +317,7 @@ class WarmParent:
                 shipped = transfer.load_value(blobcache.get(manifest["state"]) or b"", {})
                 names += [entry.module for entry, _ in shipped.values()]
             if payload.digest_bytes(code) == spec.digests.get("code.py"):
-                names += imported_by(code.decode())  # what this cell imports, the next ones use
+                names += imports.imported_by(code.decode())  # what this cell imports, the next ones use
             imports.import_all(warm_imports(names))
         except Exception as exc:  # the runner meets the same problem and reports it as the cell's
             print(f"nbburst session: could not prepare {request.get('job')}: {exc}", file=sys.stderr)
@@ -364,21 +363,6 @@ def _fingerprint_ahead(digest: str) -> None:
     inner: dict[int, Any] = {}
     value = transfer.load_value(data, {}, inner)
     blobcache.remember(digest, inputs.arrival(value, inner))
-
-
-def imported_by(code: str) -> list[str]:
-    """The modules a cell's code imports (``import a.b``, ``from a.b import c``; not relative ones)."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return []
-    names = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.append(node.module)
-    return names
 
 
 def warm_imports(names: list[str]) -> list[str]:

@@ -13,32 +13,18 @@ left alone: loading the values meets the same one and reports it, as it does wit
 
 from __future__ import annotations
 
-import ast
 import importlib
 import sys
 import threading
 
-
-def top_level_imports(code: str) -> list[str]:
-    """The absolute modules ``code`` imports in its top-level statements, in order."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return []
-    names: list[str] = []
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.append(node.module)
-    return list(dict.fromkeys(names))
+from ..protocol.imports import imported_by
 
 
 def start(code: str) -> threading.Thread | None:
     """Import the modules ``code`` imports that the kernel has not, in a daemon thread; None when there are
     none. :meth:`~nbburst.client.burst.Job.outcome` joins it before it loads the values (two threads never
     import at once in the same package there)."""
-    missing = [name for name in top_level_imports(code) if name not in sys.modules]
+    missing = [name for name in imported_by(code, top_level=True) if name not in sys.modules]
     if not missing:
         return None
     thread = threading.Thread(target=_import_all, args=(missing,), name="nbburst-import-ahead", daemon=True)

@@ -13,6 +13,7 @@ after the module's own code has run, or at once if it already has.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -23,6 +24,23 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 Callback = Callable[[types.ModuleType], None]
+
+
+def imported_by(code: str, top_level: bool = False) -> list[str]:
+    """The modules ``code`` imports (``import a.b``, ``from a.b import c``; not relative ones), in order, once
+    each; ``top_level``: only those its top-level statements import (not in a function, a branch or a ``try``:
+    the imports it runs for certain)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    names: list[str] = []
+    for node in tree.body if top_level else ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+    return list(dict.fromkeys(names))
 
 
 def loaded_submodules(packages: Iterable[str]) -> list[str]:
