@@ -145,13 +145,19 @@ def test_sessions_command_shows_and_stops_sessions(burst, capsys):
     assert burst.sessions.all() == []
 
 
-def test_a_preempted_cell_recovers_and_the_session_comes_back(burst):
-    burst.sessions.start(cores=1, idle="5m", timeout="10m", preload=[])
-    ns: dict[str, Any] = {}
-    code = "import time\ntime.sleep(3)\nv = 5"
-    job = burst.submit_cell(code, capture(code, ns, None), burst.options(max_restarts=2))
+def preempted_cell(b: Burst, ns: dict[str, Any], seconds: float) -> Any:
+    """A cell of ``seconds`` (then ``v = 5``) on a new session, whose machine is preempted while it runs."""
+    b.sessions.start(cores=1, idle="5m", timeout="10m", preload=[])
+    code = f"import time\ntime.sleep({seconds})\nv = 5"
+    job = b.submit_cell(code, capture(code, ns, None), b.options(max_restarts=2))
     wait_until(lambda: job.state == State.RUNNING, timeout=60, what="the cell runs")
     job.preempt(grace_s=1.0)
+    return job
+
+
+def test_a_preempted_cell_recovers_and_the_session_comes_back(burst):
+    ns: dict[str, Any] = {}
+    job = preempted_cell(burst, ns, 3)
     assert job.wait(timeout=120) == State.SUCCEEDED, job.logs()
     job.outcome(ns).merge_into(ns)
     assert ns["v"] == 5 and job.attempt == 2
@@ -240,12 +246,8 @@ def test_a_cell_preempted_unwatched_comes_back_without_ending_the_session_revive
     session back; only then is the first cell relaunched. Its relaunch replaces the machine it ran on, which
     must not be the session as it came back."""
     monkeypatch.setenv("NBBURST_BACKGROUND_SUPERVISOR", "false")  # the relaunch happens when this test says
-    burst.sessions.start(cores=1, idle="5m", timeout="10m", preload=[])
     ns: dict[str, Any] = {}
-    code = "import time\ntime.sleep(2)\nv = 5"
-    first = burst.submit_cell(code, capture(code, ns, None), burst.options(max_restarts=2))
-    wait_until(lambda: first.state == State.RUNNING, timeout=60, what="the cell runs")
-    first.preempt(grace_s=1.0)
+    first = preempted_cell(burst, ns, 2)
     after = run(burst, PARENT + "w = 1", ns)
     assert after.state == State.SUCCEEDED and after.session.revived
     warm = asked(burst.sessions.get())["pid"]
