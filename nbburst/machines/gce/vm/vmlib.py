@@ -17,6 +17,7 @@ import io
 import json
 import os
 import platform
+import random
 import re
 import shutil
 import site
@@ -48,6 +49,12 @@ class Console:
     def die(self, message: str) -> NoReturn:
         self.say("ERROR: " + message)
         sys.exit(1)
+
+
+#: How long a read of the bucket is retried (429, 5xx, a dropped connection), with exponential backoff and
+#: jitter up to RETRY_MAX_DELAY: Cloud Storage's advice, and google-api-core's default deadline.
+RETRY_SECONDS = 120.0
+RETRY_MAX_DELAY = 32.0
 
 
 class Unreadable(Exception):
@@ -143,7 +150,8 @@ class Bucket:
         quoted = urllib.parse.quote(name, safe="")
         url = f"{self.endpoint}/storage/v1/b/{urllib.parse.quote(self.name, safe='')}/o/{quoted}?alt=media"
         where = f"gs://{self.name}/{name}"
-        for attempt in range(4):
+        deadline, delay = time.monotonic() + RETRY_SECONDS, 1.0
+        while True:
             try:
                 return urllib.request.urlopen(urllib.request.Request(url, headers=self._headers()), timeout=120)
             except urllib.error.HTTPError as exc:
@@ -154,13 +162,15 @@ class Bucket:
                         f"cannot read {where}: permission denied ({exc.code}); the VM's service account needs "
                         f"read/write access to gs://{self.name}"
                     ) from None
-                if exc.code < 500 and exc.code != 429 or attempt == 3:
+                if exc.code < 500 and exc.code != 429:
                     raise Unreadable(f"cannot read {where}: HTTP {exc.code}") from None
+                problem = f"HTTP {exc.code}"
             except OSError as exc:
-                if attempt == 3:
-                    raise Unreadable(f"cannot read {where}: {type(exc).__name__}: {exc}") from None
-            time.sleep(1 + 2 * attempt)
-        raise Unreadable(f"cannot read {where}")
+                problem = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() + delay > deadline:
+                raise Unreadable(f"cannot read {where}: {problem} (retried for {RETRY_SECONDS:g} s)")
+            time.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, RETRY_MAX_DELAY)
 
     def read(self, name: str) -> bytes:
         with self._open(name) as resp:
