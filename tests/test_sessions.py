@@ -241,6 +241,41 @@ def test_the_kernel_imports_what_the_cell_imports_while_the_cell_runs(burst, tmp
     assert nested.state == State.SUCCEEDED and nested.imports_ahead is None  # nothing imported for certain
 
 
+def test_a_module_new_to_the_session_is_imported_once_by_the_warm_parent_and_prints_in_the_cell(
+    burst, tmp_path, monkeypatch
+):
+    """A cell that imports a module the session has not: the warm parent imports it before it forks the cell's
+    process (which so imports nothing again, nor do the cells after), and what the import printed is the
+    cell's output, in order, as in a kernel. A module that fails to import fails in the cell, as itself."""
+    package = tmp_path / "modules"
+    package.mkdir()
+    log = tmp_path / "imports.log"
+    (package / "chatty.py").write_text(
+        "import os, sys, time\n"
+        f"with open({str(log)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\n"
+        "print('chatty: loaded')\nprint('chatty: a note', file=sys.stderr)\ntime.sleep(0.3)\n"
+    )
+    (package / "broken.py").write_text("print('broken: half')\nraise RuntimeError('broken on purpose')\n")
+    monkeypatch.syspath_prepend(str(package))
+    monkeypatch.setenv("PYTHONPATH", str(package))
+    for name in ("chatty", "broken"):
+        monkeypatch.delitem(__import__("sys").modules, name, raising=False)
+    session = burst.sessions.start(cores=1, idle="5m", timeout="10m", preload=[])
+    ns: dict[str, Any] = {}
+    job = run(burst, "print('before')\nimport chatty\nimport os\ncell = os.getpid()", ns)
+    assert job.state == State.SUCCEEDED, job.logs()
+    warm = asked(session)["pid"]
+    importers = [int(line) for line in log.read_text().split()]
+    assert importers.count(warm) == 1 and ns["cell"] not in importers, importers
+    assert job.logs().index("chatty: loaded") < job.logs().index("before") and "chatty: a note" in job.logs()
+    again = run(burst, "import chatty\nsecond = chatty.__name__", ns)
+    assert again.state == State.SUCCEEDED and ns["second"] == "chatty"
+    assert [int(line) for line in log.read_text().split()].count(warm) == 1, "imported once on the machine"
+    failed = run(burst, "import broken", ns)
+    assert failed.state == State.FAILED and "broken on purpose" in failed.remote_error()["message"]
+    assert failed.logs().count("broken: half") == 1, failed.logs()
+
+
 def test_a_cell_preempted_unwatched_comes_back_without_ending_the_session_revived_meanwhile(burst, monkeypatch):
     """The session's machine is preempted while a cell runs and nobody waits on it; the next cell brings the
     session back; only then is the first cell relaunched. Its relaunch replaces the machine it ran on, which
@@ -276,7 +311,7 @@ def test_a_session_is_not_idle_while_a_client_waits_to_hand_it_a_cell(tmp_path):
             accepted, _ = cells.accept()  # a spare takes the connection, and tells the parent
             with accepted:
                 parent.last = time.time() - 5
-                os.write(parent.report_w, CONNECTED)
+                parent.report_child.send(CONNECTED)
                 parent._reported()
                 assert parent._over() == "" and parent.cells == 0 and not parent.taken
     finally:

@@ -85,9 +85,15 @@ class Pipes:
         return (self.out[0], self.err[0], self.events[0]), self.control[1]
 
 
-def serve(pipes: Pipes, next_job: Callable[[], RunnerJob | None], ready: bool = False) -> int:
+def serve(
+    pipes: Pipes,
+    next_job: Callable[[], RunnerJob | None],
+    ready: bool = False,
+    prelude: tuple[bytes, bytes] = (b"", b""),
+) -> int:
     """A runner's life, in the forked child: ``ready``, it sets up its shell before ``next_job()`` tells it
-    its job (None: no job will come, as its controller is gone)."""
+    its job (None: no job will come, as its controller is gone). ``prelude``: what the cell's imports printed
+    (stdout, stderr) when its warm parent made them for it (agent/session.py), written as the cell's first."""
     from .runner import EXIT_ERROR, EXIT_RESULT, Prepared
 
     channel, control_fd = pipes.in_runner()
@@ -99,6 +105,9 @@ def serve(pipes: Pipes, next_job: Callable[[], RunnerJob | None], ready: bool = 
         if job is None:
             return EXIT_ORPHANED
         job.enter()
+        for fd, text in zip((1, 2), prelude, strict=True):
+            while text:
+                text = text[os.write(fd, text) :]
         code = job.run(channel, control_fd, prepared)
         if code in (EXIT_RESULT, EXIT_ERROR):
             _handed(channel)

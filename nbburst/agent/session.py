@@ -29,6 +29,8 @@ import argparse
 import contextlib
 import ctypes
 import hmac
+import importlib
+import importlib.util
 import json
 import os
 import select
@@ -36,6 +38,7 @@ import selectors
 import signal
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -122,8 +125,8 @@ class WarmParent:
         self.stores: dict[str, Store] = {}
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
-        self.report_r, self.report_w = os.pipe()  # spares say here which cell they took
-        self.reports = b""
+        # spares say here which cell they took (one message each; a cell handed over brings its connection)
+        self.reports, self.report_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.taken: list[dict[str, Any]] = []  # cells taken since the last spare was forked, to prepare for
         self.spare_due = 0.0  # when the next spare is forked even though a cell still runs
 
@@ -132,7 +135,7 @@ class WarmParent:
         """Take cells until the session ends; returns why it ended."""
         self.sel.register(self.control, selectors.EVENT_READ, "control")
         self.sel.register(self.wake_r, selectors.EVENT_READ, "signal")
-        self.sel.register(self.report_r, selectors.EVENT_READ, "report")
+        self.sel.register(self.reports, selectors.EVENT_READ, "report")
         signal.signal(signal.SIGTERM, self._on_sigterm)
         self._fork_spare()
         while True:
@@ -192,48 +195,100 @@ class WarmParent:
             pass
 
     # -- the spare controller ----------------------------------------------------------------
+    def _spawn_controller(self, body: Callable[[], int]) -> tuple[int, int]:
+        """Fork a controller that runs ``body()``; returns its pid and pidfd. It holds none of the parent's
+        descriptors but the cells' socket and the report channel (a cell's controller closes those too)."""
+        inherited = [self.control.fileno(), self.sel.fileno(), self.wake_r, self.wake_w, self.reports.fileno()]
+        inherited += self.running.values()
+
+        def child() -> int:
+            for fd in inherited:
+                os.close(fd)
+            return body()
+
+        pid = spawn.spawn(child, os.environ.get(ENV_ATTEMPT, ""))
+        return pid, os.pidfd_open(pid)
+
     def _fork_spare(self) -> None:
         if self.spare is not None or self.stopping:
             return
-        parents = [self.control.fileno(), self.sel.fileno(), self.wake_r, self.wake_w, self.report_r]
-        inherited = parents + list(self.running.values())
-        cells, token, report_w = self.cells_socket, self.token, self.report_w
+        cells, token, report = self.cells_socket, self.token, self.report_child
         from . import warmcell
 
         def body() -> int:
-            for fd in inherited:  # the parent's: a cell holds only its own connection and the report pipe
-                os.close(fd)
             ready = warmcell.ReadyRunner()  # the cell's runner, its shell made while no cell waits
-            conn, request = _take_cell(cells, token, lambda: os.write(report_w, CONNECTED))
+            conn, request = _take_cell(cells, token, lambda: report.send(CONNECTED))
             cells.close()
-            os.write(report_w, json.dumps({**request, "pid": os.getpid()}).encode() + b"\n")  # < PIPE_BUF: whole
-            os.close(report_w)
-            os.environ[ENV_ATTEMPT] = attempt_tag(split_job_url(request["job"])[1], int(request["attempt"]))
-            return warmcell.control(conn, request, ready)
+            fresh = fresh_imports(request.get("imports") or [])
+            if fresh:  # the parent imports them first and forks the cell's controller: imported once, not twice
+                os.kill(ready.pid, signal.SIGKILL)
+                handover = {"handover": request, "pid": os.getpid(), "imports": fresh}
+                socket.send_fds(report, [json.dumps(handover).encode()], [conn.fileno()])
+                while True:
+                    signal.pause()  # until the parent ends this spare
+            report.send(json.dumps({**request, "pid": os.getpid()}).encode())
+            report.close()
+            return _control(conn, request, ready)
 
-        pid = spawn.spawn(body, os.environ.get(ENV_ATTEMPT, ""))
-        pidfd = os.pidfd_open(pid)
-        self.spare = (pid, pidfd)
-        self.sel.register(pidfd, selectors.EVENT_READ, "spare")
+        self.spare = self._spawn_controller(body)
+        self.sel.register(self.spare[1], selectors.EVENT_READ, "spare")
+
+    def _fork_cell(self, conn: socket.socket, request: dict[str, Any], prelude: tuple[bytes, bytes]) -> None:
+        """Fork the controller of a cell handed over by the spare that took it, its runner made after the
+        cell's new imports (``prelude``: what they printed)."""
+        cells, report = self.cells_socket, self.report_child
+        from . import warmcell
+
+        def body() -> int:
+            cells.close()
+            report.close()
+            return _control(conn, request, warmcell.ReadyRunner(prelude))
+
+        pid, pidfd = self._spawn_controller(body)
+        conn.close()
+        self.running[pid] = pidfd
+        self.sel.register(pidfd, selectors.EVENT_READ, pid)
 
     def _reported(self) -> None:
-        """A spare took a cell: it is the cell's controller now; load what the cell brought, fork the next. (Or
-        a client connected to the spare to hand it a cell: the session is not idle.)"""
-        self.reports += os.read(self.report_r, 1 << 16)
-        *lines, self.reports = self.reports.split(b"\n")
-        for line in lines:
-            self.last = time.time()
-            request = json.loads(line)
-            if request.get("connected"):
-                continue
-            pid = request["pid"]
-            if self.spare is not None and self.spare[0] == pid:
-                self.sel.modify(self.spare[1], selectors.EVENT_READ, pid)
-                self.running[pid] = self.spare[1]
-                self.spare = None
-            self.cells += 1
-            self.taken.append(request)
-            self.spare_due = time.time() + SPARE_DELAY_SECONDS
+        """A spare took a cell: it is the cell's controller now; load what the cell brought, fork the next. Or
+        it hands the cell over, to be run after imports it needs that the session has not made. (Or a client
+        connected to the spare to hand it a cell: the session is not idle.)"""
+        try:
+            data, fds, _, _ = socket.recv_fds(self.reports, 1 << 16, 1)
+        except BlockingIOError:
+            return
+        self.last = time.time()
+        report = json.loads(data or b"{}")
+        if "handover" in report and fds:
+            self._hand_over(report["handover"], report["imports"], report["pid"], socket.socket(fileno=fds[0]))
+            return
+        for fd in fds:
+            os.close(fd)
+        if "job" not in report:
+            return  # a client connected
+        pid = report["pid"]
+        if self.spare is not None and self.spare[0] == pid:
+            self.sel.modify(self.spare[1], selectors.EVENT_READ, pid)
+            self.running[pid] = self.spare[1]
+            self.spare = None
+        self._took(report)
+
+    def _hand_over(self, request: dict[str, Any], names: list[str], pid: int, conn: socket.socket) -> None:
+        """The spare ``pid`` took a cell that imports modules the session has not: import them here, then fork
+        the cell's controller (and its runner) with them. The cell's process imports nothing again, and the
+        next cells' neither; only the kernel imports them, meanwhile, on another core."""
+        if self.spare is not None and self.spare[0] == pid:
+            self._end_spare()
+        if self.stopping:
+            conn.close()  # the client finds its attempt unstarted, as with a spare that went away
+            return
+        self._fork_cell(conn, request, import_first(names))
+        self._took(request)
+
+    def _took(self, request: dict[str, Any]) -> None:
+        self.cells += 1
+        self.taken.append(request)
+        self.spare_due = time.time() + SPARE_DELAY_SECONDS
 
     def _renew(self) -> None:
         """Load what the cells taken since the last spare brought (modules, inputs), then fork the next spare,
@@ -363,6 +418,64 @@ def _fingerprint_ahead(digest: str) -> None:
     inner: dict[int, Any] = {}
     value = transfer.load_value(data, {}, inner)
     blobcache.remember(digest, inputs.arrival(value, inner))
+
+
+def _control(conn: socket.socket, request: dict[str, Any], ready: Any) -> int:
+    """In a cell's controller: run the attempt (agent/warmcell.py) under its marker."""
+    from . import warmcell
+
+    os.environ[ENV_ATTEMPT] = attempt_tag(split_job_url(request["job"])[1], int(request["attempt"]))
+    return warmcell.control(conn, request, ready)
+
+
+def fresh_imports(names: list[str]) -> list[str]:
+    """Of the modules a cell imports (``names``, in its order), those the warm parent would import ahead
+    (:func:`warm_imports`) that this process has not, of packages installed here."""
+    fresh: dict[str, None] = {}
+    for name in names:
+        for module in warm_imports([name]):
+            if module not in sys.modules and _installed(module.partition(".")[0]):
+                fresh[module] = None
+    return list(fresh)
+
+
+def _installed(top: str) -> bool:
+    try:
+        return importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def import_first(names: list[str]) -> tuple[bytes, bytes]:
+    """Import ``names`` in order, before the cell that imports them is forked; returns what they printed
+    (stdout, stderr) for the cell to show as its own, as in a kernel. Stops at the first that fails: the
+    cell's process meets that failure and reports it, with what it prints."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        saved = [os.dup(1), os.dup(2)]
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        try:
+            for name in names:
+                kept = (os.lseek(1, 0, os.SEEK_CUR), os.lseek(2, 0, os.SEEK_CUR))
+                try:
+                    importlib.import_module(name)
+                except Exception:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    out.truncate(kept[0])
+                    err.truncate(kept[1])
+                    break
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            for fd, old in zip((1, 2), saved, strict=True):
+                os.dup2(old, fd)
+                os.close(old)
+        out.seek(0)
+        err.seek(0)
+        return out.read(), err.read()
 
 
 def warm_imports(names: list[str]) -> list[str]:

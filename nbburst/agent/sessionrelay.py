@@ -109,7 +109,8 @@ class Relay:
         kind = request.get("kind")
         try:
             if kind == sessionwire.CELL:
-                cell = {"job": request["job"], "key": request["key"], "attempt": int(request["attempt"])}
+                cell = {key: request[key] for key in ("job", "key", "attempt")}
+                cell["imports"] = request.get("imports") or []  # the warm parent imports them before it forks
                 self._send(self.cells, cell, 10.0).close()  # the cell's controller reports to the job's folder
                 _log(f"cell {request['job']} attempt {request['attempt']} handed over")
             elif kind in (sessionwire.STATE, sessionwire.STOP):

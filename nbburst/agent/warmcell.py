@@ -39,9 +39,10 @@ class _WakingShipper(Shipper):
 
 class ReadyRunner:
     """A runner forked while the session waits for a cell: its shell and hooks are set up before the cell
-    comes, and it is told its job down a pipe (agent/runnerstart.py)."""
+    comes, and it is told its job down a pipe (agent/runnerstart.py). ``prelude``: what the cell's imports
+    printed when the warm parent made them for it, before this runner was forked (stdout, stderr)."""
 
-    def __init__(self) -> None:
+    def __init__(self, prelude: tuple[bytes, bytes] = (b"", b"")) -> None:
         os.environ.setdefault("IPYTHONDIR", os.path.join(os.getcwd(), "work", ".ipython"))
         self.pipes = Pipes()
         job_r, self.job_w = os.pipe()
@@ -52,7 +53,7 @@ class ReadyRunner:
                 line = f.readline()  # empty: the controller is gone without a cell
             return RunnerJob.from_json(line) if line else None
 
-        self.pid = spawn.spawn(lambda: serve(self.pipes, next_job, ready=True), os.environ.get(ENV_ATTEMPT, ""))
+        self.pid = spawn.spawn(lambda: serve(self.pipes, next_job, True, prelude), os.environ.get(ENV_ATTEMPT, ""))
         os.close(job_r)
 
     def start(self, job: RunnerJob) -> int:

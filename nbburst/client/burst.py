@@ -28,6 +28,7 @@ from ..protocol import backends, budget, fence, payload, pricing, signing, trans
 from ..protocol import state as process_state
 from ..protocol.env import manifest, manifest_json
 from ..protocol.folder import JobFolder
+from ..protocol.imports import imported_by
 from ..protocol.job import (
     BLOBS_PREFIX,
     DESCRIBE_SECONDS,
@@ -166,6 +167,7 @@ class Burst:
         job = self.handle(store, job_id, spec)
         job.inner = inner
         job.session = session
+        job.cell_imports = imported_by(code) if kind == "cell" else []
         job.launch(attempt=1)
         if self.settings.background_supervisor and not backends.is_remote(options.backend):
             background.ensure(self.settings, store.url)  # machines that only a supervisor on this computer relaunches
@@ -415,6 +417,7 @@ class Job:
         self.session: Session | None = None  # the warm session its first attempt runs on
         self.wake: Callable[[float], None] | None = None  # what wait() sleeps on (a session's news), else time
         self.imports_ahead: threading.Thread | None = None  # the kernel importing what the cell imports
+        self.cell_imports: list[str] = []  # a warm session imports these before it forks the cell's process
 
     def __repr__(self) -> str:
         # No state here: a repr stays frozen in the notebook's Out while the job moves on.

@@ -148,7 +148,13 @@ class Session:
         if sessionstore.relayed(self.sessions.burst, self.record.backend):
             return sessionstore.launch(self, job, attempt)
         conn, self.pending = self.pending or self.connect(), None
-        request = {"token": self.record.token, "job": job.url, "key": job.key().hex(), "attempt": attempt}
+        request = {
+            "token": self.record.token,
+            "job": job.url,
+            "key": job.key().hex(),
+            "attempt": attempt,
+            "imports": job.cell_imports,
+        }
         conn.sendall(json.dumps(request).encode() + b"\n")
         job.wake = Wakeup(conn)
 

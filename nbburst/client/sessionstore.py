@@ -125,7 +125,9 @@ def ask(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 
 def launch(session: Session, job: Job, attempt: int) -> None:
     """Hand the claimed ``attempt`` of ``job`` to the session's VM; ``job.wait`` reads the job's folder."""
-    _request(session.sessions.burst, session.record, sessionwire.CELL, job=job.url, key=job.key(), attempt=attempt)
+    burst, record = session.sessions.burst, session.record
+    fields = {"job": job.url, "key": job.key(), "attempt": attempt, "imports": job.cell_imports}
+    _request(burst, record, sessionwire.CELL, **fields)
 
 
 def up(session: Session) -> bool:

@@ -25,6 +25,7 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from cryptography.hazmat.primitives import hashes
@@ -59,12 +60,20 @@ def _cipher(secret: bytes, context: bytes) -> AESGCM:
 
 
 def seal_request(
-    secret: bytes, session_id: str, boot: int, kind: str, job: str = "", key: bytes = b"", attempt: int = 0
+    secret: bytes,
+    session_id: str,
+    boot: int,
+    kind: str,
+    job: str = "",
+    key: bytes = b"",
+    attempt: int = 0,
+    imports: Sequence[str] = (),
 ) -> tuple[str, bytes]:
     """A new request (its Store key, its bytes): ``kind`` for boot ``boot`` of the session's machine; a cell
-    request carries the job's URL, attempt and key (encrypted)."""
+    request carries the job's URL, attempt and key (encrypted), and the modules its code imports."""
     place = requests_prefix(session_id) + f"{time.time_ns():020d}-{secrets.token_hex(4)}.json"
     fields: dict[str, Any] = {"kind": kind, "boot": boot, "job": job, "attempt": attempt, "key_sealed": ""}
+    fields["imports"] = list(imports)
     if key:
         nonce = os.urandom(_NONCE_BYTES)
         context = _context(session_id, place)
