@@ -317,3 +317,16 @@ def test_a_session_is_not_idle_while_a_client_waits_to_hand_it_a_cell(tmp_path):
     finally:
         cells.close()
         control.close()
+
+
+def test_the_imports_a_cell_makes_count_those_of_its_plotting_magics():
+    """``%matplotlib inline`` imports matplotlib (its settings then come back as process state): the warm parent
+    imports it before the cell's process is forked, and the kernel while the cell runs, as for an import."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    from nbburst.protocol.imports import imported_by
+
+    code = TransformerManager().transform_cell("%matplotlib inline\nimport numpy as np\ndef f():\n    import json\n")
+    assert imported_by(code, top_level=True) == ["matplotlib", "numpy"]
+    assert imported_by(code) == ["matplotlib", "numpy", "json"]
+    assert imported_by(TransformerManager().transform_cell("%time x = 1\n%pylab inline")) == ["matplotlib"]

@@ -17,6 +17,7 @@ has passed: then the cell is refused and says so.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -247,7 +248,8 @@ class Sessions:
         backend: str | None = None,
         preload: list[str] | None = None,
     ) -> Session:
-        """Start a session's machine and make it the default session; returns once it takes cells."""
+        """Start a session's machine and make it the default session; returns once it takes cells, and on the
+        local backend once its warm parent has warmed up (imported the runtime and ``preload``)."""
         Options.build(name=name, backend=backend or self.burst.settings.backend)  # the same rules as a job name
         existing = self._load(name)
         if existing is not None and Session(self, existing).alive():
@@ -278,7 +280,11 @@ class Sessions:
         )
         self._boot(record)
         self.default = name
-        return Session(self, record)
+        session = Session(self, record)
+        if not sessionstore.relayed(self.burst, backend):
+            with contextlib.suppress(OSError, ValueError):  # still warming up after that: cells wait for it
+                session.ask({}, timeout=START_SECONDS)  # answered once it is warm: the first cell pays nothing
+        return session
 
     def _boot(self, record: SessionRecord) -> None:
         """Start the record's machine and wait until it listens."""

@@ -27,9 +27,9 @@ Callback = Callable[[types.ModuleType], None]
 
 
 def imported_by(code: str, top_level: bool = False) -> list[str]:
-    """The modules ``code`` imports (``import a.b``, ``from a.b import c``; not relative ones), in order, once
-    each; ``top_level``: only those its top-level statements import (not in a function, a branch or a ``try``:
-    the imports it runs for certain)."""
+    """The modules ``code`` imports (``import a.b``, ``from a.b import c``; not relative ones; ``%matplotlib``
+    imports matplotlib), in order, once each; ``top_level``: only those its top-level statements import (not in
+    a function, a branch or a ``try``: the imports it runs for certain)."""
     try:
         tree = ast.parse(code)
     except SyntaxError:
@@ -40,7 +40,26 @@ def imported_by(code: str, top_level: bool = False) -> list[str]:
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.append(node.module)
+        elif isinstance(node, ast.Expr) and _magic(node.value) in PLOTTING_MAGICS:
+            names.append("matplotlib")
     return list(dict.fromkeys(names))
+
+
+#: Line magics that import matplotlib (and with it, matplotlib's settings become process state to bring back).
+PLOTTING_MAGICS = frozenset({"matplotlib", "pylab"})
+
+
+def _magic(node: ast.expr) -> str:
+    """The line magic a transformed cell's statement runs (``get_ipython().run_line_magic('name', ...)``)."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "run_line_magic"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    ):
+        return str(node.args[0].value)
+    return ""
 
 
 def loaded_submodules(packages: Iterable[str]) -> list[str]:
