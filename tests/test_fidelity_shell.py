@@ -13,17 +13,23 @@ from nbburst.errors import UsageError
 from nbburst.options import Options
 
 LOAD = "%load_ext nbburst"
+SESSION = "%burst session start --idle 5m --timeout 30m"
 WIDGET = "application/vnd.jupyter.widget-view+json"
 _TIMES = re.compile(r"\b\d+(\.\d+)?(e[+-]\d+)?\s?(s|ms|[µμu]s|ns)\b")  # %%time's figures ("1e+03 ns" too)
 
 
-def run_pairs(cells: list[str], cwd, then: tuple[str, ...] = ()) -> tuple[list[tuple[dict, dict]], list[dict]]:
-    """Run each cell plainly and then under %%burst, then the cells ``then`` as they are:
-    (plain, burst) observations of each cell, and the observations of ``then``."""
-    sources = [LOAD]
+def run_pairs(
+    cells: list[str], cwd, then: tuple[str, ...] = (), session: bool = False
+) -> tuple[list[tuple[dict, dict]], list[dict]]:
+    """Run each cell plainly and then under %%burst (on a warm session: ``session``), then the cells ``then``
+    as they are: (plain, burst) observations of each cell, and the observations of ``then``."""
+    head = [LOAD, SESSION] if session else [LOAD]
+    sources = list(head)
     for cell in cells:
         sources += [cell, "%%burst\n" + cell]
     sources += then
+    if session:
+        sources.append("%burst session stop")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
     payloads: dict[int, list] = {}
 
@@ -39,8 +45,8 @@ def run_pairs(cells: list[str], cwd, then: tuple[str, ...] = ()) -> tuple[list[t
         on_cell_executed=on_executed,
     ).execute()
     seen = [observe(cell.outputs, payloads.get(i, [])) for i, cell in enumerate(nb.cells)]
-    pairs = 2 * len(cells)
-    return [(seen[i], seen[i + 1]) for i in range(1, pairs, 2)], seen[1 + pairs :]
+    first, pairs = len(head), 2 * len(cells)
+    return [(seen[i], seen[i + 1]) for i in range(first, first + pairs, 2)], seen[first + pairs :][: len(then)]
 
 
 def observe(outputs: list[dict], payload: list[dict]) -> dict:
@@ -102,8 +108,9 @@ KERNEL_MAGICS = [
 # rich's live display (track) in a plain kernel cell sometimes leaves nbclient waiting, with the kernel idle,
 # until its cell timeout (one run in about ten, plain and burst cells alike): room for one such wait.
 @pytest.mark.timeout(600)
-def test_the_machine_is_a_kernel_to_libraries_and_magics(burst_env, tmp_path):
-    pairs, _ = run_pairs(KERNEL_LIKE, tmp_path)
+@pytest.mark.parametrize("session", [False, True], ids=["own-machine", "session"])
+def test_the_machine_is_a_kernel_to_libraries_and_magics(burst_env, tmp_path, session):
+    pairs, _ = run_pairs(KERNEL_LIKE, tmp_path, session=session)
     assert_same(pairs, KERNEL_LIKE)
     assert pairs[0][0]["outputs"] == [("stream", "stdout", "ZMQInteractiveShell True\n")]
     widgets = [kind for kind, mimes, _ in pairs[2][1]["outputs"] if WIDGET in mimes]
@@ -111,8 +118,9 @@ def test_the_machine_is_a_kernel_to_libraries_and_magics(burst_env, tmp_path):
     assert pairs[7][0]["pages"] and pairs[7][0]["pages"] == pairs[7][1]["pages"]  # len?: the pager
 
 
-def test_cell_magics_and_displays_behave_as_in_the_kernel(burst_env, tmp_path):
-    pairs, _ = run_pairs(KERNEL_MAGICS, tmp_path)
+@pytest.mark.parametrize("session", [False, True], ids=["own-machine", "session"])
+def test_cell_magics_and_displays_behave_as_in_the_kernel(burst_env, tmp_path, session):
+    pairs, _ = run_pairs(KERNEL_MAGICS, tmp_path, session=session)
     assert_same(pairs, KERNEL_MAGICS)
 
 
@@ -127,9 +135,10 @@ ORDER = [
 ]
 
 
-def test_out_and_figures_come_in_the_kernels_order(burst_env, tmp_path):
+@pytest.mark.parametrize("session", [False, True], ids=["own-machine", "session"])
+def test_out_and_figures_come_in_the_kernels_order(burst_env, tmp_path, session):
     then = ("%%burst\nimport os\nos.getpid()", "print(_ != os.getpid(), _ is Out[max(Out)], answer)")
-    pairs, (_, underscore) = run_pairs(ORDER, tmp_path, then)
+    pairs, (_, underscore) = run_pairs(ORDER, tmp_path, then, session)
     assert_same(pairs, ORDER)
     plain, _ = pairs[0]
     assert [o[0] for o in plain["outputs"]] == ["execute_result", "display_data"]

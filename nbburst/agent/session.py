@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import gc
 import hmac
 import importlib
 import importlib.util
@@ -206,6 +207,8 @@ class WarmParent:
                 os.close(fd)
             return body()
 
+        gc.collect()
+        gc.freeze()  # what the parent holds: never traversed by a child's collections (each would copy its pages)
         pid = spawn.spawn(child, os.environ.get(ENV_ATTEMPT, ""))
         return pid, os.pidfd_open(pid)
 
@@ -552,14 +555,17 @@ def main(argv: list[str]) -> int:
     os.environ.update(KERNEL_ENVIRONMENT)  # what the cell's shell sets, before anything imports matplotlib
     os.environ.setdefault("MPLBACKEND", INLINE_BACKEND)
     imports.import_all(RUNTIME)
+    from .runner import kernel_namespace
+    from .shell import make_ahead
+
+    # Every cell's process takes over a copy of this shell. It is made before the notebook's modules are
+    # imported here: a library that asks on import whether it runs in a kernel (pandas sets its display
+    # width so) must get the answer a cell's process gets.
+    make_ahead(kernel_namespace())
     for name in warm_imports(args.preload.split(",")):
         if time.time() >= args.until:
             break  # serve() ends the session at once
         imports.import_all([name])
-    from .runner import kernel_namespace
-    from .shell import make_ahead
-
-    make_ahead(kernel_namespace())  # every cell's process takes over a copy of it
     parent = WarmParent(cells, control, token, args.idle, args.until)
     try:
         parent.serve()

@@ -210,10 +210,13 @@ def _make(ns: dict[str, Any]) -> ZMQInteractiveShell:
 def make_ahead(ns: dict[str, Any]) -> None:
     """In a session's warm parent: make the shell every cell's process starts from (a copy of it, by the
     fork), over the fresh namespace ``ns``, and run nothing once in it, silently, so that what IPython sets
-    up on a first cell is done once. No cell ever runs in the parent's own."""
+    up on a first cell is done once. No cell ever runs in the parent's own. The modules the parent imports
+    after this see ``get_ipython()`` as a cell's would."""
     import IPython.core.logger  # noqa: F401 (what a first cell that keeps its history imports: here, once)
 
-    _make(ns).execute_silently("pass")
+    shell = _make(ns)
+    shell.execute_silently("pass")
+    shell.builtin_trap.__enter__()  # what the parent imports from now on sees the kernel a cell's process sees
 
 
 def start(ns: dict[str, Any], channel: Channel, cell_name: str) -> ZMQInteractiveShell:
