@@ -78,11 +78,10 @@ RUNTIME = (
 _PR_SET_CHILD_SUBREAPER = 36
 #: Packages a warm parent never imports ahead: they look for a kernel (``get_ipython()``) when imported,
 #: so the cell's process imports them after its shell exists (agent/shell.py), as a fresh runner does.
-KERNEL_SIDE = frozenset(
-    {"tqdm", "matplotlib_inline", "ipywidgets", "plotly", "bokeh", "seaborn", "IPython", "ipykernel"}
-)
-#: Packages whose modules look for a kernel on import: what the parent imports of them instead.
-INSTEAD = {"matplotlib": ("matplotlib", "matplotlib.figure", "matplotlib.axes", "matplotlib.backends.backend_agg")}
+KERNEL_SIDE = frozenset({"tqdm", "ipywidgets", "plotly", "bokeh", "seaborn", "IPython", "ipykernel"})
+#: What the parent imports for a module a cell uses: ``%matplotlib`` imports pyplot (into the parent's shell,
+#: whose hooks every cell's process takes over).
+INSTEAD = {"matplotlib": ("matplotlib", "matplotlib.pyplot")}
 
 
 def _take_cell(
@@ -483,14 +482,15 @@ def import_first(names: list[str]) -> tuple[bytes, bytes]:
 
 def warm_imports(names: list[str]) -> list[str]:
     """Of the modules cells use, those the warm parent imports ahead: none of a package that looks for a
-    kernel when imported (the cell's process imports them after its shell exists, agent/shell.py); for
-    matplotlib, what pyplot is made of but not pyplot itself (it installs its hooks into the shell it finds)."""
+    kernel when imported and a comm to talk to it (the cell's process imports them after its shell exists,
+    agent/shell.py); for matplotlib, pyplot too (it installs its hooks into the parent's shell, which is the
+    one every cell's process takes over)."""
     out: set[str] = set()
     for name in filter(None, names):
         top = name.partition(".")[0]
         if top in KERNEL_SIDE:
             continue
-        out.update(INSTEAD.get(top, (name,)))
+        out.update(INSTEAD.get(name, (name,)))
     return sorted(out)
 
 
