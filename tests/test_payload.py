@@ -45,3 +45,29 @@ def test_truncated_blob_is_refused():
         payload.decode(bytearray(data[:-3]))
     with pytest.raises(payload.BlobError):
         payload.decode(b"not a blob at all")
+
+
+def test_a_function_shipped_by_value_keeps_its_file_and_lines(tmp_path, monkeypatch):
+    """A function written beside the notebook travels by value; raising on the other side, its traceback names
+    its file and line (cloudpickle 3.1.3 alone names every such function's file ``<dynamic-code>``)."""
+    import importlib
+    import sys
+    import traceback
+
+    import cloudpickle
+
+    (tmp_path / "helpers_beside.py").write_text("def fail():\n    raise ValueError('no good')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("helpers_beside")
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        encoded = payload.encode(module.fail)
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+    (tmp_path / "helpers_beside.py").unlink()  # the other side has no such module: it came by value
+    monkeypatch.delitem(sys.modules, "helpers_beside")
+    shipped = payload.decode(bytearray(encoded.tobytes()))
+    assert shipped.__code__.co_filename == str(tmp_path / "helpers_beside.py")
+    with pytest.raises(ValueError) as raised:
+        shipped()
+    assert 'helpers_beside.py", line 2, in fail' in "".join(traceback.format_tb(raised.tb))

@@ -138,11 +138,11 @@ def user_modules_by_value(value: Any) -> Iterator[None]:
 
 def encode(value: Any) -> Encoded:
     """Pickle ``value`` (cloudpickle, protocol 5, buffers out of band)."""
-    import cloudpickle
+    from . import codepickle
 
     buffers: list[pickle.PickleBuffer] = []
     with user_modules_by_value(value):
-        body = cloudpickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+        body = codepickle.dumps(value, buffer_callback=buffers.append)
     return assemble([(memoryview(body), [b.raw() for b in buffers])])
 
 

@@ -68,7 +68,7 @@ def entries() -> dict[str, Entry]:
 def capture() -> dict[str, tuple[Entry, bytes]]:
     """The state of every entry whose module is imported here, pickled, with the entry itself (it travels too);
     for one whose module is not imported yet, the state a cell left that waits for it (:func:`restore`)."""
-    import cloudpickle
+    from .codepickle import dumps
 
     found = {}
     for name, entry in _REGISTRY.items():
@@ -77,9 +77,9 @@ def capture() -> dict[str, tuple[Entry, bytes]]:
         try:
             value = entry.get() if entry.module in sys.modules else _pending[name]
             if entry not in _travels:  # its getter and setter travel too: checked once, not before every cell
-                cloudpickle.dumps(entry)
+                dumps(entry)
                 _travels.add(entry)
-            found[name] = (entry, cloudpickle.dumps(value, protocol=5))
+            found[name] = (entry, dumps(value))
         except Exception as exc:
             warnings.warn(f"nbburst: the state {name!r} stays here: {exc}", RuntimeWarning, stacklevel=2)
     return found

@@ -39,9 +39,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import cloudpickle
-
-from . import payload
+from . import codepickle, payload
 
 #: The name under which a cell's last value (its ``Out``) travels among its variables.
 LAST = "<last>"
@@ -86,7 +84,7 @@ def _is_main_function(obj: Any) -> bool:
     return isinstance(obj, types.FunctionType) and obj.__globals__.get("__name__") == "__main__"
 
 
-class _Pickler(cloudpickle.Pickler):
+class _Pickler(codepickle.Pickler):
     """cloudpickle's pickler that can refer to the target's objects by name, or ignore globals for fingerprints.
 
     ``refs``: id -> address of objects the target already holds (unchanged inputs and what they hold).
@@ -490,7 +488,7 @@ class Writer:
         memo = _memo_indices(self.pickler, self.markers)
         head = {**meta, "names": self.names, "memo": memo, "resets": self.resets}
         head_buffers: list[pickle.PickleBuffer] = []
-        head_body = cloudpickle.dumps(head, protocol=5, buffer_callback=head_buffers.append)
+        head_body = codepickle.dumps(head, buffer_callback=head_buffers.append)
         stream = self.out.getbuffer()
         bodies = [(memoryview(head_body), [b.raw() for b in head_buffers])]
         pos = nb = 0
