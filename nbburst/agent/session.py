@@ -76,8 +76,8 @@ RUNTIME = (
     "xxhash",
 )
 _PR_SET_CHILD_SUBREAPER = 36
-#: Packages a warm parent never imports ahead: they look for a kernel (``get_ipython()``) when imported,
-#: so the cell's process imports them after its shell exists (agent/shell.py), as a fresh runner does.
+#: Packages a warm parent never imports ahead: on import they talk to the kernel (comms, widgets) through
+#: the cell's channel, so the cell's process imports them after its shell is its own (agent/shell.py).
 KERNEL_SIDE = frozenset({"tqdm", "ipywidgets", "plotly", "bokeh", "seaborn", "IPython", "ipykernel"})
 #: What the parent imports for a module a cell uses: ``%matplotlib`` imports pyplot (into the parent's shell,
 #: whose hooks every cell's process takes over).
@@ -433,12 +433,7 @@ def _control(conn: socket.socket, request: dict[str, Any], ready: Any) -> int:
 def fresh_imports(names: list[str]) -> list[str]:
     """Of the modules a cell imports (``names``, in its order), those the warm parent would import ahead
     (:func:`warm_imports`) that this process has not, of packages installed here."""
-    fresh: dict[str, None] = {}
-    for name in names:
-        for module in warm_imports([name]):
-            if module not in sys.modules and _installed(module.partition(".")[0]):
-                fresh[module] = None
-    return list(fresh)
+    return [m for m in warm_imports(names) if m not in sys.modules and _installed(m.partition(".")[0])]
 
 
 def _installed(top: str) -> bool:
@@ -484,14 +479,12 @@ def warm_imports(names: list[str]) -> list[str]:
     """Of the modules cells use, those the warm parent imports ahead: none of a package that looks for a
     kernel when imported and a comm to talk to it (the cell's process imports them after its shell exists,
     agent/shell.py); for matplotlib, pyplot too (it installs its hooks into the parent's shell, which is the
-    one every cell's process takes over)."""
-    out: set[str] = set()
+    one every cell's process takes over). In the cells' order, once each."""
+    out: dict[str, None] = {}
     for name in filter(None, names):
-        top = name.partition(".")[0]
-        if top in KERNEL_SIDE:
-            continue
-        out.update(INSTEAD.get(name, (name,)))
-    return sorted(out)
+        if name.partition(".")[0] not in KERNEL_SIDE:
+            out.update(dict.fromkeys(INSTEAD.get(name, (name,))))
+    return list(out)
 
 
 def _end_leftovers(keep: set[int]) -> None:

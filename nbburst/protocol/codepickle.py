@@ -15,11 +15,12 @@ from collections import ChainMap
 from typing import Any
 
 import cloudpickle
-from cloudpickle import cloudpickle as _cloudpickle
+
+_CLOUDPICKLE_CODE = cloudpickle.Pickler.dispatch_table[types.CodeType]  # cloudpickle's own reducer
 
 
 def _code_reduce(code: types.CodeType) -> tuple[Any, tuple[Any, ...]]:
-    _, args = _cloudpickle._code_reduce(code)
+    _, args = _CLOUDPICKLE_CODE(code)
     return rebuild_code, (args, code.co_filename)
 
 
