@@ -276,6 +276,23 @@ def test_a_module_new_to_the_session_is_imported_once_by_the_warm_parent_and_pri
     assert failed.logs().count("broken: half") == 1, failed.logs()
 
 
+def test_a_plotting_cell_finds_a_figure_drawn_before_it_and_still_numbers_its_own_first(burst):
+    """Once pyplot is imported, the warm parent draws and encodes a figure: a plotting cell's process finds the
+    backend, the fonts and the image writer loaded (a kernel loads them once, not in each cell), and its first
+    figure is still number 1, as in a kernel."""
+    burst.sessions.start(cores=1, idle="5m", timeout="10m", preload=[])
+    ns: dict[str, Any] = {}
+    assert run(burst, "import matplotlib.pyplot as plt", ns).state == State.SUCCEEDED
+    code = (
+        "import sys\nloaded = 'matplotlib.backends.backend_agg' in sys.modules\n"
+        "fig, ax = plt.subplots()\nax.plot([1, 2])\nnumber = fig.number\n"
+    )
+    job = run(burst, code, ns)
+    assert job.state == State.SUCCEEDED, job.logs()
+    assert ns["loaded"] and ns["number"] == 1
+    assert [r for r in job.tail().poll() if "image/png" in r.get("data", {})], "the cell shows its figure"
+
+
 def test_a_cell_preempted_unwatched_comes_back_without_ending_the_session_revived_meanwhile(burst, monkeypatch):
     """The session's machine is preempted while a cell runs and nobody waits on it; the next cell brings the
     session back; only then is the first cell relaunched. Its relaunch replaces the machine it ran on, which
@@ -320,13 +337,14 @@ def test_a_session_is_not_idle_while_a_client_waits_to_hand_it_a_cell(tmp_path):
 
 
 def test_the_imports_a_cell_makes_count_those_of_its_plotting_magics():
-    """``%matplotlib inline`` imports matplotlib (its settings then come back as process state): the warm parent
-    imports it before the cell's process is forked, and the kernel while the cell runs, as for an import."""
+    """``%matplotlib inline`` imports pyplot, as in a kernel (matplotlib's settings then come back as process
+    state): the warm parent imports it before the cell's process is forked, and the kernel while the cell runs,
+    as for an import."""
     from IPython.core.inputtransformer2 import TransformerManager
 
     from nbburst.protocol.imports import imported_by
 
     code = TransformerManager().transform_cell("%matplotlib inline\nimport numpy as np\ndef f():\n    import json\n")
-    assert imported_by(code, top_level=True) == ["matplotlib", "numpy"]
-    assert imported_by(code) == ["matplotlib", "numpy", "json"]
-    assert imported_by(TransformerManager().transform_cell("%time x = 1\n%pylab inline")) == ["matplotlib"]
+    assert imported_by(code, top_level=True) == ["matplotlib.pyplot", "numpy"]
+    assert imported_by(code) == ["matplotlib.pyplot", "numpy", "json"]
+    assert imported_by(TransformerManager().transform_cell("%time x = 1\n%pylab inline")) == ["matplotlib.pyplot"]

@@ -47,7 +47,7 @@ from typing import Any
 from ..protocol import imports, payload, plaindata, transfer
 from ..protocol.job import ENV_ATTEMPT, JobLayout, attempt_tag, split_job_url
 from ..store import Store, open_store
-from . import blobcache, inputs, spawn
+from . import blobcache, inputs, prewarm, spawn
 
 #: The session's secret, handed to the parent in its environment (removed from it at once).
 ENV_TOKEN = "NBBURST_SESSION_TOKEN"
@@ -214,6 +214,7 @@ class WarmParent:
     def _fork_spare(self) -> None:
         if self.spare is not None or self.stopping:
             return
+        prewarm.after_imports()
         cells, token, report = self.cells_socket, self.token, self.report_child
         from . import warmcell
 
@@ -286,6 +287,7 @@ class WarmParent:
             return
         self._fork_cell(conn, request, import_first(names))
         self._took(request)
+        prewarm.after_imports()  # while the cell runs, on another core
 
     def _took(self, request: dict[str, Any]) -> None:
         self.cells += 1
