@@ -37,6 +37,7 @@ from ..machines.base import GONE
 from ..options import Options
 from ..protocol import pricing
 from ..protocol.durations import parse_duration
+from ..protocol.env import manifest_json
 from ..protocol.job import Resources
 from . import sessionstore
 
@@ -281,6 +282,7 @@ class Sessions:
         self._boot(record)
         self.default = name
         session = Session(self, record)
+        manifest_json()  # every cell's env.json: made while the machine warms up, not in the first cell
         if not sessionstore.relayed(self.burst, backend):
             with contextlib.suppress(OSError, ValueError):  # still warming up after that: cells wait for it
                 session.ask({}, timeout=START_SECONDS)  # answered once it is warm: the first cell pays nothing

@@ -28,8 +28,8 @@ Callback = Callable[[types.ModuleType], None]
 
 def imported_by(code: str, top_level: bool = False) -> list[str]:
     """The modules ``code`` imports (``import a.b``, ``from a.b import c``; not relative ones; ``%matplotlib``
-    imports matplotlib), in order, once each; ``top_level``: only those its top-level statements import (not in
-    a function, a branch or a ``try``: the imports it runs for certain)."""
+    imports pyplot, as in a kernel), in order, once each; ``top_level``: only those its top-level statements
+    import (not in a function, a branch or a ``try``: the imports it runs for certain)."""
     try:
         tree = ast.parse(code)
     except SyntaxError:
@@ -41,11 +41,11 @@ def imported_by(code: str, top_level: bool = False) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.append(node.module)
         elif isinstance(node, ast.Expr) and _magic(node.value) in PLOTTING_MAGICS:
-            names.append("matplotlib")
+            names.append("matplotlib.pyplot")
     return list(dict.fromkeys(names))
 
 
-#: Line magics that import matplotlib (and with it, matplotlib's settings become process state to bring back).
+#: Line magics that import pyplot (and with it, matplotlib's settings become process state to bring back).
 PLOTTING_MAGICS = frozenset({"matplotlib", "pylab"})
 
 
