@@ -208,18 +208,31 @@ def code_cells(nb: nbformat.NotebookNode) -> list[str]:
     return [c.source for c in nb.cells if c.cell_type == "code"]
 
 
-def variant(nb: nbformat.NotebookNode, burst: bool) -> nbformat.NotebookNode:
+#: The cells a variant runs before the notebook's own and after them (before the summary), by mode.
+AROUND = {
+    "plain": ([], []),
+    "burst": (["%load_ext nbburst"], []),
+    "session": (["%load_ext nbburst", "%burst session start --idle 10m --timeout 1h"], ["%burst session stop"]),
+}
+
+
+def variant(nb: nbformat.NotebookNode, burst: bool, session: bool = False) -> nbformat.NotebookNode:
     """The notebook to execute: its code cells (outputs dropped), ``%%burst`` before each
-    when ``burst``, then the namespace summary cell (always run plainly in the kernel)."""
-    cells = []
-    if burst:
-        cells.append(nbformat.v4.new_code_cell("%load_ext nbburst"))
+    when ``burst`` (on one warm session when ``session``), then the namespace summary cell
+    (always run plainly in the kernel)."""
+    before, after = AROUND[_mode(burst, session)]
+    cells = [nbformat.v4.new_code_cell(source) for source in before]
     for source in code_cells(nb):
         cells.append(nbformat.v4.new_code_cell("%%burst\n" + source if burst else source))
+    cells += [nbformat.v4.new_code_cell(source) for source in after]
     cells.append(nbformat.v4.new_code_cell(SUMMARY_CELL))
     out = nbformat.v4.new_notebook(cells=cells)
     out.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return out
+
+
+def _mode(burst: bool, session: bool) -> str:
+    return "session" if session else "burst" if burst else "plain"
 
 
 # -- executing ------------------------------------------------------------------------------------
@@ -351,9 +364,8 @@ def execute(
         if result.get("error") and run.failure is None:
             run.failure = result["error"]
         cells = [c for c in executed.cells if c.cell_type == "code"]
-        if mode == "burst":
-            cells = cells[1:]  # the %load_ext cell
-        summary, cells = cells[-1], cells[:-1]
+        before, after = AROUND[mode]
+        summary, cells = cells[-1], cells[len(before) : len(cells) - 1 - len(after)]
         run.cells = [observe(c) for c in cells]
         text = "".join(o.get("text", "") for o in summary.get("outputs", []) if o.get("output_type") == "stream")
         for line in text.splitlines():
@@ -559,11 +571,12 @@ def check(
     package_dir: Path | None = None,
     control: bool = False,
     ignore: Iterable[str] = (),
+    session: bool = False,
 ) -> Result:
-    """Run one notebook plainly and under ``%%burst`` and compare the two. With ``control``, a
-    second plain run first finds what the notebook itself does not reproduce (unseeded randomness,
-    timings), and those aspects are left out of the comparison; ``ignore`` names aspects known to
-    vary (:func:`aspect_keys`), left out as well."""
+    """Run one notebook plainly and under ``%%burst`` (every cell on one warm session when ``session``)
+    and compare the two. With ``control``, a second plain run first finds what the notebook itself does
+    not reproduce (unseeded randomness, timings), and those aspects are left out of the comparison;
+    ``ignore`` names aspects known to vary (:func:`aspect_keys`), left out as well."""
     path = Path(name_or_path) if Path(name_or_path).suffix in (".ipynb", ".py") else discover([str(name_or_path)])[0]
     nb = load(path)
     plain = execute(variant(nb, burst=False), path.parent, "plain", plain_timeout, package_dir)
@@ -577,7 +590,8 @@ def check(
         if again.failure is None:
             unstable |= diff_keys(plain, again)
     result.unstable = sorted(map(aspect_name, unstable))
-    burst = execute(variant(nb, burst=True), path.parent, "burst", burst_timeout, package_dir)
+    mode = _mode(True, session)
+    burst = execute(variant(nb, burst=True, session=session), path.parent, mode, burst_timeout, package_dir)
     result.burst_seconds = burst.elapsed
     result.differences, result.notes = compare(plain, burst, unstable)
     if burst.failure:
@@ -595,13 +609,14 @@ def run_all(
     progress: Any = None,
     package_dir: Path | None = None,
     control: bool = False,
+    session: bool = False,
 ) -> list[Result]:
     """Check every notebook named (all by default), ``jobs`` notebooks at a time (at most 2)."""
     paths = discover(names)
 
     def one(path: Path) -> Result:
         try:
-            result = check(path, plain_timeout, burst_timeout, package_dir, control)
+            result = check(path, plain_timeout, burst_timeout, package_dir, control, session=session)
         except Exception as exc:  # a harness bug must not hide the other notebooks
             result = Result(name=notebook_id(path), status="failed", failure=f"harness: {type(exc).__name__}: {exc}")
         if progress:
@@ -641,6 +656,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run each notebook plainly twice and ignore what differs between those two runs",
     )
+    parser.add_argument("--session", action="store_true", help="run the burst cells on one warm session")
     parser.add_argument(
         "--no-snapshot", action="store_true", help="import nbburst from the working tree as it is at each run"
     )
@@ -655,7 +671,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"nbburst under test: {label}", flush=True)
     try:
         results = run_all(
-            args.names, args.jobs, args.plain_timeout, args.burst_timeout, progress, package_dir, args.control
+            args.names,
+            args.jobs,
+            args.plain_timeout,
+            args.burst_timeout,
+            progress,
+            package_dir,
+            args.control,
+            args.session,
         )
     finally:
         if package_dir is not None:

@@ -12,7 +12,8 @@ What a notebook does not reproduce even between two plain runs of its own is lis
 
 A burst run starts a new agent process per cell, so the whole corpus takes long: by default a
 representative subset (:data:`SUBSET`, all three projects) runs; ``pytest --corpus=all`` runs
-every notebook.
+every notebook. Some (:data:`ON_SESSION`; all with ``--corpus=all``) run a third time, every cell
+on one warm session.
 """
 
 from __future__ import annotations
@@ -122,18 +123,30 @@ SUBSET = [
     "statsmodels/tsa_dates",
 ]
 
+#: The notebooks run with every cell on one warm session (``--corpus=all``: all of them): a plotting one, one
+#: that imports seaborn and one whose formula names a notebook function, of statsmodels; one of networkx;
+#: a fitted Pipeline of imbalanced-learn.
+ON_SESSION = [
+    "statsmodels/wls",
+    "statsmodels/lowess",
+    "statsmodels/glm_formula",
+    "networkx/plot_karate_club",
+    "imbalanced-learn/plot_pipeline_classification",
+]
+
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "notebook" in metafunc.fixturenames:
-        names = [notebook_id(p) for p in discover()]
-        if metafunc.config.getoption("--corpus") != "all":
-            names = [n for n in names if n in SUBSET]
-        metafunc.parametrize("notebook", names)
+    for fixture, subset in (("notebook", SUBSET), ("session_notebook", ON_SESSION)):
+        if fixture in metafunc.fixturenames:
+            names = [notebook_id(p) for p in discover()]
+            if metafunc.config.getoption("--corpus") != "all":
+                names = [n for n in names if n in subset]
+            metafunc.parametrize(fixture, names)
 
 
 def test_the_subset_and_the_documented_variations_name_real_notebooks():
     names = {notebook_id(p) for p in discover()}
-    assert set(SUBSET) <= names and set(VARIES) <= names
+    assert set(SUBSET) <= names and set(ON_SESSION) <= names and set(VARIES) <= names
     assert all(len(aspect_keys(aspects)) == len(aspects) for aspects in VARIES.values())  # names the harness knows
     projects = {n.partition("/")[0] for n in SUBSET}
     assert len(SUBSET) >= 15 and projects == {p.partition("/")[0] for p in names}
@@ -143,4 +156,13 @@ def test_the_subset_and_the_documented_variations_name_real_notebooks():
 @pytest.mark.timeout(1200)
 def test_a_notebook_gives_the_same_results_under_burst(notebook: str):
     result = check(notebook, ignore=VARIES.get(notebook, {}))
+    assert result.status == "identical", result.describe(limit=20)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_notebook_gives_the_same_results_with_its_cells_on_a_warm_session(session_notebook: str):
+    """The same comparison, every cell on one warm session: forked from a parent that imported the modules
+    the cells use, drew a figure and holds their inputs, each cell still gives what it gives plainly."""
+    result = check(session_notebook, ignore=VARIES.get(session_notebook, {}), session=True)
     assert result.status == "identical", result.describe(limit=20)
