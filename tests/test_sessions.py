@@ -293,6 +293,23 @@ def test_a_plotting_cell_finds_a_figure_drawn_before_it_and_still_numbers_its_ow
     assert [r for r in job.tail().poll() if "image/png" in r.get("data", {})], "the cell shows its figure"
 
 
+def test_a_package_that_asks_for_a_kernel_is_imported_by_the_warm_parent_and_its_widgets_still_show(burst):
+    """tqdm.auto asks on import whether it runs in a kernel, and makes its bars widgets then: the warm parent
+    imports it before it forks the cell's process (its shell and import hooks are a cell's), so the next cells
+    do not import it again, and the cell's bar is still a widget, sent down that cell's channel."""
+    burst.sessions.start(cores=1, idle="5m", timeout="10m", preload=[])
+    ns: dict[str, Any] = {}
+    code = (
+        "import sys\nbefore = 'tqdm.auto' in sys.modules\nfrom tqdm.auto import tqdm\nbar = list(tqdm(range(3)))\n"
+        "notebook = [c.__module__ for c in tqdm.__mro__ if c.__module__ == 'tqdm.notebook']\n"
+    )
+    job = run(burst, code, ns)
+    assert job.state == State.SUCCEEDED, job.logs()
+    assert ns["before"], "the warm parent imported it before it forked the cell's process"
+    opened = [r for r in job.tail().poll() if r.get("s") == "comm" and r.get("msg_type") == "comm_open"]
+    assert opened and ns["notebook"], "the bar is a widget, as in a kernel"
+
+
 def test_a_cell_preempted_unwatched_comes_back_without_ending_the_session_revived_meanwhile(burst, monkeypatch):
     """The session's machine is preempted while a cell runs and nobody waits on it; the next cell brings the
     session back; only then is the first cell relaunched. Its relaunch replaces the machine it ran on, which

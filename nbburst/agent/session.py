@@ -76,9 +76,6 @@ RUNTIME = (
     "xxhash",
 )
 _PR_SET_CHILD_SUBREAPER = 36
-#: Packages a warm parent never imports ahead: on import they talk to the kernel (comms, widgets) through
-#: the cell's channel, so the cell's process imports them after its shell is its own (agent/shell.py).
-KERNEL_SIDE = frozenset({"tqdm", "ipywidgets", "plotly", "bokeh", "seaborn", "IPython", "ipykernel"})
 #: What the parent imports for a module a cell uses: ``%matplotlib`` imports pyplot (into the parent's shell,
 #: whose hooks every cell's process takes over).
 INSTEAD = {"matplotlib": ("matplotlib", "matplotlib.pyplot")}
@@ -478,14 +475,14 @@ def import_first(names: list[str]) -> tuple[bytes, bytes]:
 
 
 def warm_imports(names: list[str]) -> list[str]:
-    """Of the modules cells use, those the warm parent imports ahead: none of a package that looks for a
-    kernel when imported and a comm to talk to it (the cell's process imports them after its shell exists,
-    agent/shell.py); for matplotlib, pyplot too (it installs its hooks into the parent's shell, which is the
-    one every cell's process takes over). In the cells' order, once each."""
+    """Of the modules cells use, those the warm parent imports ahead: all, in the cells' order, once each;
+    for matplotlib, pyplot too (it installs its hooks into the parent's shell, which is the one every cell's
+    process takes over). A package that asks on import whether it runs in a kernel (tqdm.auto, plotly's
+    renderers, ipywidgets' comm targets) gets a cell's answer: the parent's shell and import hooks are a
+    cell's (agent/shell.py, :func:`~.shell.make_ahead`)."""
     out: dict[str, None] = {}
     for name in filter(None, names):
-        if name.partition(".")[0] not in KERNEL_SIDE:
-            out.update(dict.fromkeys(INSTEAD.get(name, (name,))))
+        out.update(dict.fromkeys(INSTEAD.get(name, (name,))))
     return list(out)
 
 

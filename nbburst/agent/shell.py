@@ -202,6 +202,11 @@ class ZMQInteractiveShell(InteractiveShell):
         return self.run_cell(code, store_history=True)
 
 
+def _probe_first() -> None:
+    if not any(isinstance(finder, _IpykernelFirst) for finder in sys.meta_path):  # a warm parent's is inherited
+        sys.meta_path.insert(0, _IpykernelFirst())
+
+
 def _make(ns: dict[str, Any]) -> ZMQInteractiveShell:
     config = Config({"IPKernelApp": {}, "HistoryManager": {"enabled": False}})
     return ZMQInteractiveShell.instance(config=config, user_ns=ns)
@@ -214,6 +219,7 @@ def make_ahead(ns: dict[str, Any]) -> None:
     after this see ``get_ipython()`` as a cell's would."""
     import IPython.core.logger  # noqa: F401 (what a first cell that keeps its history imports: here, once)
 
+    _probe_first()
     shell = _make(ns)
     shell.execute_silently("pass")
     shell.builtin_trap.__enter__()  # what the parent imports from now on sees the kernel a cell's process sees
@@ -225,7 +231,7 @@ def start(ns: dict[str, Any], channel: Channel, cell_name: str) -> ZMQInteractiv
     In a session's cell, the shell the warm parent made ahead (:func:`make_ahead`) is taken over instead,
     with its own fresh namespace: the cell's namespace is the returned shell's ``user_ns``."""
     comm.create_comm = functools.partial(_Comm, channel)
-    sys.meta_path.insert(0, _IpykernelFirst())
+    _probe_first()
     shell = ZMQInteractiveShell.instance() if ZMQInteractiveShell.initialized() else _make(ns)
     shell.channel = channel
     shell.builtin_trap.__enter__()  # get_ipython() as a builtin from now on: imports before the cell see a kernel
