@@ -192,9 +192,11 @@ class WarmParent:
             pass
 
     # -- the spare controller ----------------------------------------------------------------
-    def _spawn_controller(self, body: Callable[[], int]) -> tuple[int, int]:
+    def _spawn_controller(self, body: Callable[[], int], collect: bool = True) -> tuple[int, int]:
         """Fork a controller that runs ``body()``; returns its pid and pidfd. It holds none of the parent's
-        descriptors but the cells' socket and the report channel (a cell's controller closes those too)."""
+        descriptors but the cells' socket and the report channel (a cell's controller closes those too).
+        ``collect``: collect the parent's garbage first (not for a cell that waits: after the imports made for
+        it, a collection walks them all, 0.1 s, to free a few dozen objects)."""
         inherited = [self.control.fileno(), self.sel.fileno(), self.wake_r, self.wake_w, self.reports.fileno()]
         inherited += self.running.values()
 
@@ -203,7 +205,8 @@ class WarmParent:
                 os.close(fd)
             return body()
 
-        gc.collect()
+        if collect:
+            gc.collect()
         gc.freeze()  # what the parent holds: never traversed by a child's collections (each would copy its pages)
         pid = spawn.spawn(child, os.environ.get(ENV_ATTEMPT, ""))
         return pid, os.pidfd_open(pid)
@@ -244,7 +247,7 @@ class WarmParent:
             report.close()
             return _control(conn, request, warmcell.ReadyRunner(prelude))
 
-        pid, pidfd = self._spawn_controller(body)
+        pid, pidfd = self._spawn_controller(body, collect=False)
         conn.close()
         self.running[pid] = pidfd
         self.sel.register(pidfd, selectors.EVENT_READ, pid)
