@@ -230,8 +230,7 @@ class WarmParent:
                 while True:
                     signal.pause()  # until the parent ends this spare
             report.send(json.dumps({**request, "pid": os.getpid()}).encode())
-            report.close()
-            return _control(conn, request, ready)
+            return _control(conn, request, ready, report)
 
         self.spare = self._spawn_controller(body)
         self.sel.register(self.spare[1], selectors.EVENT_READ, "spare")
@@ -244,8 +243,7 @@ class WarmParent:
 
         def body() -> int:
             cells.close()
-            report.close()
-            return _control(conn, request, warmcell.ReadyRunner(prelude))
+            return _control(conn, request, warmcell.ReadyRunner(prelude), report)
 
         pid, pidfd = self._spawn_controller(body, collect=False)
         conn.close()
@@ -267,6 +265,9 @@ class WarmParent:
             return
         for fd in fds:
             os.close(fd)
+        if report.get("ended") in self.running:
+            self.spare_due = 0.0  # the cell's controller is reaping its runner: the next spare need not wait
+            return
         if "job" not in report:
             return  # a client connected
         pid = report["pid"]
@@ -424,12 +425,20 @@ def _fingerprint_ahead(digest: str) -> None:
     blobcache.remember(digest, inputs.arrival(value, inner))
 
 
-def _control(conn: socket.socket, request: dict[str, Any], ready: Any) -> int:
-    """In a cell's controller: run the attempt (agent/warmcell.py) under its marker."""
+def _control(conn: socket.socket, request: dict[str, Any], ready: Any, report: socket.socket) -> int:
+    """In a cell's controller: run the attempt (agent/warmcell.py) under its marker; once the client is told
+    the cell ended, tell the parent on ``report`` too (it forks the next spare then, not once this process
+    has reaped the cell's runner and exited)."""
     from . import warmcell
 
     os.environ[ENV_ATTEMPT] = attempt_tag(split_job_url(request["job"])[1], int(request["attempt"]))
-    return warmcell.control(conn, request, ready)
+
+    def ended() -> None:
+        with contextlib.suppress(OSError):
+            report.send(json.dumps({"ended": os.getpid()}).encode())
+        report.close()
+
+    return warmcell.control(conn, request, ready, ended)
 
 
 def fresh_imports(names: list[str]) -> list[str]:

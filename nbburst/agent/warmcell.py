@@ -11,6 +11,7 @@ import os
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from ..protocol import signing
@@ -116,9 +117,14 @@ def _notify(conn: socket.socket, what: bytes) -> None:
         pass  # the client is gone or not reading: the Store has everything
 
 
-def control(conn: socket.socket, request: dict[str, Any], ready: ReadyRunner | None = None) -> int:
+def control(
+    conn: socket.socket,
+    request: dict[str, Any],
+    ready: ReadyRunner | None = None,
+    ended: Callable[[], None] = lambda: None,
+) -> int:
     """In the forked controller: run the attempt as ``python -m nbburst.agent`` would (its runner ``ready``),
-    then say so."""
+    then say so (to the client, then ``ended()``)."""
     os.environ[ENV_JOB_KEY] = request["key"]
     root, job_id = split_job_url(request["job"])
     ident = Identity()
@@ -137,6 +143,7 @@ def control(conn: socket.socket, request: dict[str, Any], ready: ReadyRunner | N
         preemption.install(agent)
         agent.run()
         _notify(conn, b"D")
+        ended()
         agent.reap()  # after the client is told: its runner's exit is no cell's time
         return 0
     _notify(conn, b"D")
