@@ -76,8 +76,8 @@ RUNTIME = (
     "xxhash",
 )
 _PR_SET_CHILD_SUBREAPER = 36
-#: What the parent imports for a module a cell uses: ``%matplotlib`` imports pyplot (into the parent's shell,
-#: whose hooks every cell's process takes over).
+#: What the parent imports for a module a cell uses: for ``import matplotlib``, pyplot too (into the parent's
+#: shell, whose hooks every cell's process takes over; ``%matplotlib`` counts as importing pyplot itself).
 INSTEAD = {"matplotlib": ("matplotlib", "matplotlib.pyplot")}
 
 

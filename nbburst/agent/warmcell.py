@@ -117,12 +117,7 @@ def _notify(conn: socket.socket, what: bytes) -> None:
         pass  # the client is gone or not reading: the Store has everything
 
 
-def control(
-    conn: socket.socket,
-    request: dict[str, Any],
-    ready: ReadyRunner | None = None,
-    ended: Callable[[], None] = lambda: None,
-) -> int:
+def control(conn: socket.socket, request: dict[str, Any], ready: ReadyRunner, ended: Callable[[], None]) -> int:
     """In the forked controller: run the attempt as ``python -m nbburst.agent`` would (its runner ``ready``),
     then say so (to the client, then ``ended()``)."""
     os.environ[ENV_JOB_KEY] = request["key"]

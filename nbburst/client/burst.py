@@ -167,7 +167,7 @@ class Burst:
         job = self.handle(store, job_id, spec)
         job.inner = inner
         job.session = session
-        job.cell_imports = imported_by(code) if kind == "cell" else []
+        job.cell_imports = imported_by(code) if kind == "cell" and session is not None else []
         job.launch(attempt=1)
         if self.settings.background_supervisor and not backends.is_remote(options.backend):
             background.ensure(self.settings, store.url)  # machines that only a supervisor on this computer relaunches
