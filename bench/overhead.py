@@ -65,6 +65,7 @@ class Row:
     target: float | None  # the ratio to stay under; None: informative
     seconds: dict[str, float] = field(default_factory=dict)  # system -> seconds
     ratios: dict[str, float] = field(default_factory=dict)  # system -> ratio against the baseline
+    worst: float | None = None  # of a row over several cells: the largest cell's seconds
 
     def add(self, system: str, seconds: float, ratio: float | None = None) -> Row:
         self.seconds[system] = seconds

@@ -276,7 +276,7 @@ def targets(rows: list[Any]) -> list[str]:
         if row.name.startswith(("(f)", "(h)", "(k)")) and SESSION in row.seconds:
             ok = row.seconds[SESSION] <= 0.05
             out.append(f"{row.name.split(':')[0]}: session adds {row.seconds[SESSION]:.3f} s (<= 0.05 s: {ok})")
-        if row.name.startswith("(k)") and hasattr(row, "worst"):
+        if row.name.startswith("(k)") and row.worst is not None:
             out.append(f"(k) no cell over 0.2 s: the largest cell adds {row.worst:.3f} s ({row.worst <= 0.2})")
         if row.name.startswith("(j)"):
             out.append(f"(j) session start {row.seconds[SESSION]:.3f} s (<= 1 s: {row.seconds[SESSION] <= 1})")
