@@ -233,6 +233,9 @@ def notebook_on_session(path: Path, work: str) -> tuple[list[float], list[float]
 def notebook(path: Path, work: str, Row: Any, rounds: int) -> list[Any]:
     """(k) each cell's added seconds, the median of ``rounds`` runs of the notebook: a full garbage collection
     of the kernel, or a slow moment of this machine, lands on one cell of one run."""
+    if not _compiled("matplotlib"):
+        print("(k) warning: matplotlib is not compiled to bytecode here (scripts/setup compiles it, as pip does):")
+        print("    every import compiles it again, in the kernel and on the machine; a user's cells import faster")
     runs = [notebook_on_session(path, work) for _ in range(rounds)]
     added_runs = [_added(warm, plain) for plain, warm in runs]
     for run in added_runs:
@@ -244,6 +247,15 @@ def notebook(path: Path, work: str, Row: Any, rounds: int) -> list[Any]:
     row = Row(f"(k) a cell of {path.stem} on a session: added s", "(none: the plain cell)", 0.0, None)
     row.worst = max(added)
     return [row.add(SESSION, statistics.median(added), warm / max(plain, 1e-3))]
+
+
+def _compiled(package: str) -> bool:
+    """Whether ``package``'s modules import from bytecode here rather than being compiled by each process."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    origin = spec.origin if spec is not None else None
+    return origin is None or os.path.exists(importlib.util.cache_from_source(origin))
 
 
 def _elapsed(timing: dict) -> float:
