@@ -595,8 +595,8 @@ def test_a_supervisor_whose_clock_is_an_hour_off(burst_env, tmp_path, shift):
 
 
 def test_one_background_supervisor_per_store_and_it_goes_away(burst_env, tmp_path):
-    """One at a time per Store; a stop finds it even while it starts; it leaves once idle, or once its state
-    folder is gone."""
+    """One at a time per Store, below the notebook's CPU priority; a stop finds it even while it starts; it leaves
+    once idle, or once its state folder is gone."""
     settings = Burst().settings
     url = Burst().store.url
     lock = background.lock_path(settings, url)
@@ -606,6 +606,7 @@ def test_one_background_supervisor_per_store_and_it_goes_away(burst_env, tmp_pat
 
     first = background.ensure(settings, url)
     wait_until(lambda: background.running(lock) == first, 30, what="the supervisor to start")
+    assert psutil.Process(first).nice() == os.getpriority(os.PRIO_PROCESS, 0) + background.NICENESS  # below ours
     assert background.ensure(settings, url) is None  # one runs already
     background.stop(lock)
 
