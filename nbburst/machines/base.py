@@ -108,6 +108,12 @@ class Machines(abc.ABC):
         still there is replaced. ``attempt`` counts this worker's launches. Raises as ``launch`` does."""
         raise UnsupportedOption(f"--workers: the {self.backend} backend cannot start worker machines")
 
+    def relaunch_zones(self, spec: JobSpec) -> list[str]:
+        """Zones a supervisor may move job ``spec`` to when its zone has no capacity (``--zone auto``), in the
+        order to try them. The default: the zones its plan chose from (``plan["extra"]["zones"]``), none when
+        the plan names no such list."""
+        return list(((spec.plan or {}).get("extra") or {}).get("zones") or [])
+
     def doctor(self) -> list[Check]:
         """Backend-specific health checks for ``nbburst doctor`` (credentials, API reachable, quota,
         image, ...). Each check should be quick and must not create billable resources; raise

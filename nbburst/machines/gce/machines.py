@@ -558,10 +558,6 @@ class GCEMachines(Machines):
             return [wanted]
         return zones
 
-    def relaunch_zones(self, spec: JobSpec) -> list[str]:
-        """Zones a supervisor may move a job to when its zone has no capacity (``--zone auto``)."""
-        return list((spec.plan.get("extra") or {}).get("zones") or [])
-
     def launch_worker(self, spec: JobSpec, job_url: str, key: bytes, index: int, attempt: int) -> str:
         """A worker VM of a ``--workers`` job; one left from before (stopped, preempted) is replaced."""
         if self._get(worker_name(spec.job_id, index)) is not None:
