@@ -211,7 +211,7 @@ def notebook_cell_seconds(path: Path, work: str, burst: bool) -> list[float]:
     from nbclient import NotebookClient
 
     sys.path.insert(0, str(HERE.parent / "tests"))
-    from fidelity import load, variant
+    from support.fidelity import load, variant
 
     nb = variant(load(path), burst=burst)
     folder = Path(tempfile.mkdtemp(dir=work)) / "notebook"

@@ -214,7 +214,7 @@ def notebook_on_session(path: Path, work: str) -> tuple[list[float], list[float]
     from nbclient import NotebookClient
 
     sys.path.insert(0, str(HERE.parent / "tests"))
-    from fidelity import AROUND, load, variant
+    from support.fidelity import AROUND, load, variant
 
     seconds = []
     for burst in (False, True):

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from nbrun import data, error, run_cells, stream
+from support import jobs_in
+from support.nbrun import data, error, run_cells, stream
 
 from nbburst.client.burst import Burst
 from nbburst.protocol.job import State
 
 LOAD = "%load_ext nbburst"
-
-
-def jobs_in(env) -> list[str]:
-    jobs = env["root"] / "jobs"
-    return sorted(p.name for p in jobs.iterdir()) if jobs.exists() else []
 
 
 def test_values_come_back_like_a_local_run(burst_env):

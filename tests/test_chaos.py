@@ -34,7 +34,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_survival import agent_of, expected_loop, gone, printed, submit
+from support.jobs import agent_of, expected_loop, gone, printed, submit
 
 from nbburst.client import supervisor
 from nbburst.client.burst import Burst, Job

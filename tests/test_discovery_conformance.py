@@ -15,7 +15,7 @@ import pytest
 from google.api_core.exceptions import NotFound
 from google.cloud import compute_v1
 from support import LARGE_QUOTAS, wait_until
-from test_compute_emulator import PROJECT, ZONE, instance
+from support.gce import PROJECT, ZONE, instance
 
 from nbburst.client.burst import Burst
 from nbburst.machines.base import GONE, RUNNING, machine_name

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbrun import error, run, stream
+from support.nbrun import error, run, stream
 
 ROOT = Path(__file__).resolve().parents[1]
 CENSUS_DATA = ROOT / "notebooks" / "data" / "census"  # shipped with the notebook: nothing outside the repository

@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 import pytest
-from nbrun import error, run_cells, stream
+from support.nbrun import error, run_cells, stream
 
 from nbburst.protocol import payload, transfer
 

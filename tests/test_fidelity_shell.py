@@ -147,8 +147,8 @@ def test_out_and_figures_come_in_the_kernels_order(burst_env, tmp_path, session)
 
 
 def test_bad_cells_are_refused_before_launch(burst_env, tmp_path):
-    from nbrun import error, run_cells
-    from test_burst_notebook import jobs_in
+    from support import jobs_in
+    from support.nbrun import error, run_cells
 
     outs = run_cells(
         [

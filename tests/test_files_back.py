@@ -128,7 +128,7 @@ def test_a_partial_download_leaves_no_half_file_and_a_forged_file_is_refused(bur
 
 
 def test_the_magic_brings_files_back_and_downloads_them(burst_env, tmp_path):
-    from nbrun import error, run_cells, stream
+    from support.nbrun import error, run_cells, stream
 
     outputs = run_cells(
         [

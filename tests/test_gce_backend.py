@@ -16,9 +16,9 @@ from pathlib import Path
 import nbformat
 import psutil
 import pytest
-from nbrun import error, run, stream
 from support import LARGE_QUOTAS, wait_until
-from test_compute_emulator import PROJECT, ZONE, instance
+from support.gce import PROJECT, ZONE, instance, submit
+from support.nbrun import error, run, stream
 
 from nbburst.client.burst import Burst
 from nbburst.errors import UsageError
@@ -36,10 +36,6 @@ def inserts(emu) -> list[dict]:
 
 def deletes(emu, name) -> list[dict]:
     return [r for r in emu.request_log if r["method"] == "DELETE" and r["path"].endswith(f"/instances/{name}")]
-
-
-def submit(burst, fn, *args, **options):
-    return burst.submit(fn, *args, options=burst.options(backend="gce", **options))
 
 
 @pytest.mark.compute_emulator(operation_delay=0.02)

@@ -19,7 +19,7 @@ import numpy  # noqa: F401  need the same environment)
 import pytest
 from google.cloud import compute_v1
 from support import LARGE_QUOTAS
-from test_compute_emulator import PROJECT, ZONE, instance
+from support.gce import PROJECT, ZONE, instance
 
 from nbburst.client.burst import Burst
 from nbburst.client.capture import capture

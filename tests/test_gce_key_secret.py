@@ -16,7 +16,7 @@ import pytest
 from google.api_core import exceptions as gexc
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import secretmanager_v1
-from test_gce_backend import submit
+from support.gce import submit
 
 from nbburst.client.burst import Burst
 from nbburst.errors import UsageError

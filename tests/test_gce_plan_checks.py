@@ -12,7 +12,7 @@ from collections import namedtuple
 import pytest
 from google.cloud import compute_v1
 from support import LARGE_QUOTAS
-from test_compute_emulator import PROJECT, ZONE, Compute, instance
+from support.gce import PROJECT, ZONE, Compute, instance
 
 from nbburst.client.burst import Burst
 from nbburst.errors import UsageError

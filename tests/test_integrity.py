@@ -18,8 +18,8 @@ from pathlib import Path
 import cloudpickle
 import pytest
 from support import wait_until
-from test_survival import attempts_never_overlap, expected_loop, gone, running_step, side_loop, submit
-from test_ui import run_notebook
+from support.jobs import attempts_never_overlap, expected_loop, gone, running_step, side_loop, submit
+from support.notebook import run_notebook
 
 from nbburst import checkpoint
 from nbburst.agent import checkpoints as mirror

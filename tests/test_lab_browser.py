@@ -20,8 +20,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from lab_helpers import CHROMIUM, CHROMIUM_ARGS, REPO, LabServer
 from support import agents_under, kill_agents, wait_until
+from support.lab import CHROMIUM, CHROMIUM_ARGS, REPO, LabServer
 
 from nbburst.client.burst import Burst
 from nbburst.machines.base import GONE

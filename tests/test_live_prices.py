@@ -326,7 +326,7 @@ def test_a_finished_job_costs_the_catalog_prices_over_its_machine_time(gce_env, 
 
 
 def test_the_job_view_says_when_the_cost_comes_from_the_dated_table():
-    from test_ui import FakeJob
+    from support.view import FakeJob
 
     from nbburst.ui.view import JobView
 

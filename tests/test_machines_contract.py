@@ -13,7 +13,7 @@ import time
 
 import pytest
 from support import machines_gone, wait_until
-from test_compute_emulator import Compute, instance
+from support.gce import Compute, instance
 
 from nbburst.client.burst import Burst, Job
 from nbburst.errors import BurstError, JobFailed, UnsupportedOption, UsageError

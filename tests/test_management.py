@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from support import machines_gone
-from test_ui import errors, run_notebook, stream, views
+from support.notebook import errors, run_notebook, stream, views
 
 from nbburst.protocol import pricing
 

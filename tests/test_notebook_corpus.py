@@ -3,7 +3,7 @@
 Each notebook of ``tests/thirdparty/`` (statsmodels ``.ipynb`` files as their authors wrote them,
 networkx and imbalanced-learn sphinx-gallery scripts split at their ``# %%`` markers) runs in a
 fresh kernel twice through nbclient: plainly, and with ``%%burst`` before every code cell on the
-local backend (tests/fidelity.py). The two runs must agree cell by cell on stdout, ``Out``, the
+local backend (tests/support/fidelity.py). The two runs must agree cell by cell on stdout, ``Out``, the
 display MIME types and whether (and what) the cell raised, and at the end on the namespace
 (types, values or hashes, fitted or not).
 
@@ -19,11 +19,11 @@ on one warm session.
 from __future__ import annotations
 
 import pytest
-from fidelity import aspect_keys, check, discover, notebook_id
+from support.fidelity import aspect_keys, check, discover, notebook_id
 
 _UNSEEDED = "draws random numbers without a seed: two plain runs differ too"
 
-#: Aspects a notebook does not reproduce between two plain runs (``python tests/fidelity.py --control``
+#: Aspects a notebook does not reproduce between two plain runs (``python tests/support/fidelity.py --control``
 #: finds them), with why. Aspects are named as the harness reports them: ``cell N stdout|out|mimes|error``
 #: or ``namespace NAME``.
 VARIES: dict[str, dict[str, str]] = {

@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 
-from nbrun import data, error, run_cells, stream
+from support.nbrun import data, error, run_cells, stream
 
 from nbburst.agent.linebuffered import HOOK_DIR, install
 

@@ -184,7 +184,7 @@ def test_a_backend_without_worker_machines_refuses(burst_env):
 def test_scaleout_notebook(burst_env, tmp_path):
     """notebooks/scaleout.ipynb: a search on two worker machines finds the parameters a local search finds."""
     import nbformat
-    from nbrun import error, run, stream
+    from support.nbrun import error, run, stream
 
     root = Path(__file__).resolve().parents[1]
     nb = run(nbformat.read(root / "notebooks" / "scaleout.ipynb", as_version=4), cwd=tmp_path, timeout=300)

@@ -187,7 +187,7 @@ def test_the_magics_start_use_list_and_stop_a_session(burst):
 
 
 def test_in_a_kernel_a_short_warm_cell_shows_only_its_output_and_a_longer_one_its_view(burst_env, tmp_path):
-    from nbrun import run_cells
+    from support.nbrun import run_cells
 
     outputs = run_cells(
         [

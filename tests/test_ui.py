@@ -6,49 +6,9 @@ import json
 import time
 from pathlib import Path
 
-import nbformat
-import nbrun
 import pytest
-
-WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-
-
-# -- helpers shared with test_management.py --------------------------------------------------------
-
-
-def run_notebook(cells: list[str], timeout: int = 120) -> nbformat.NotebookNode:
-    """Run ``cells`` in a fresh kernel (it inherits os.environ: NBBURST_ROOT/STATE_DIR of the test)."""
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    return nbrun.run(nb, timeout)
-
-
-def views(nb: nbformat.NotebookNode) -> list[dict[str, dict]]:
-    """Each job view in the notebook's saved widget state: {"summary": state, "tail": state, ...}."""
-    models = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
-    by_id = {mid: m["state"] for mid, m in models.items()}
-    found = []
-    for state in by_id.values():
-        if "nbburst-view" not in state.get("_dom_classes", ()):
-            continue
-        parts: dict[str, dict] = {}
-        todo = list(state["children"])
-        while todo:
-            child = by_id.get(todo.pop().removeprefix("IPY_MODEL_"), {})
-            for cls in child.get("_dom_classes", ()):
-                if cls.startswith("nbburst-view-"):
-                    parts[cls.removeprefix("nbburst-view-")] = child
-            todo.extend(child.get("children", ()))
-        found.append(parts)
-    return found
-
-
-def stream(cell: dict, name: str = "stdout") -> str:
-    return nbrun.stream(cell.outputs, name)
-
-
-def errors(nb: nbformat.NotebookNode) -> list[str]:
-    return [f"{o['ename']}: {o['evalue']}" for c in nb.cells for o in c.outputs if o["output_type"] == "error"]
-
+from support.notebook import errors, run_notebook, stream, views
+from support.view import FakeJob
 
 # -- in a real kernel -----------------------------------------------------------------------------
 
@@ -109,68 +69,6 @@ def test_view_follows_a_blocking_cell_and_ends_in_a_summary(burst_env):
 
 
 # -- rendering, without a kernel -------------------------------------------------------------------
-
-
-class FakeTail:
-    def __init__(self):
-        self.records: list[dict] = []
-
-    def poll(self):
-        records, self.records = self.records, []
-        yield from records
-
-
-class FakeJob:
-    """Just what JobView reads: info(), tail(), name, id, supervise(), cancel()."""
-
-    def __init__(self, **info):
-        now = time.time()
-        self.id, self.name = "b20261121-000000-abcdef", "search"
-        self._tail = FakeTail()
-        self.cancelled = False
-        self.data = {
-            "id": self.id,
-            "name": self.name,
-            "state": "RUNNING",
-            "attempt": 2,
-            "backend": "gce",
-            "kind": "cell",
-            "machine": {
-                "type": "n2-standard-64",
-                "cores": 64,
-                "memory_gb": 256,
-                "gpu": None,
-                "gpu_count": 0,
-                "spot": True,
-                "zone": "us-central1-a",
-            },
-            "created": now - 90,
-            "started": now - 60,
-            "ended": None,
-            "elapsed_s": 60.0,
-            "cost_usd": 0.0123,
-            "cost_per_hour_usd": 0.7588,
-            "saving_usd": 0.04,
-            "cost": {"total": 0.0123, "on_demand": 0.0523, "saving": 0.04, "per_hour": 0.7588, "seconds": 60},
-            "progress": {"done": 45, "total": 100, "desc": "fit"},
-            "message": "",
-        }
-        self.data.update(info)
-
-    def info(self):
-        return dict(self.data)
-
-    def tail(self):
-        return self._tail
-
-    def supervise(self):
-        from nbburst.protocol.job import State
-
-        return State(self.data["state"])
-
-    def cancel(self):
-        self.cancelled = True
-        self.data.update(state="CANCELLED", ended=time.time(), message="cancelled by the user")
 
 
 def test_view_renders_machine_cost_progress_and_saving():

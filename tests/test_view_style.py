@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from test_ui import FakeJob
+from support.view import FakeJob
 
 REPO = Path(__file__).resolve().parents[1]
 SIDEBAR_CSS = REPO / "labextension" / "style" / "base.css"

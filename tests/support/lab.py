@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+
 from support import wait_until
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LABEXTENSION = REPO / "nbburst" / "labextension"
 SERVER_CONFIG = REPO / "jupyter-config" / "server-config" / "nbburst.json"
 CHROMIUM = "/usr/bin/chromium"

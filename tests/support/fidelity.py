@@ -16,11 +16,11 @@ never counted (warnings name files and lines that legitimately differ).
 
 Use from a test::
 
-    from fidelity import check
+    from support.fidelity import check
     result = check("statsmodels/glm_formula", control=True)
     assert result.status == "identical", result.describe()
 
-or from a shell: ``python tests/fidelity.py [NAME ...] [--jobs 2] [--timeout S]``.
+or from a shell: ``python tests/support/fidelity.py [NAME ...] [--jobs 2] [--timeout S]``.
 A NAME is ``project/stem``, a stem, or a project; none means every notebook.
 """
 
@@ -45,8 +45,9 @@ from typing import Any
 
 import nbformat
 
-HERE = Path(__file__).resolve().parent
-CORPUS = HERE / "thirdparty"
+TESTS = Path(__file__).resolve().parents[1]
+REPO = TESTS.parent
+CORPUS = TESTS / "thirdparty"
 MARKER = "@@FIDELITY-NAMESPACE@@"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 JOB_VIEW_HTML = "data-nbburst-job="  # the job view's static HTML form (nbburst/ui/view.py)
@@ -269,15 +270,15 @@ def _kill_marked(marker: str) -> None:
 def snapshot_nbburst() -> tuple[Path, str]:
     """A frozen copy of the nbburst package under test, and which tree it is (commit, dirty or not):
     a run of the whole corpus takes many minutes, and the working tree may change meanwhile."""
-    source = HERE.parent / "nbburst"
+    source = REPO / "nbburst"
     where = Path(tempfile.mkdtemp(prefix="fidelity-nbburst-"))
     shutil.copytree(source, where / "nbburst", ignore=shutil.ignore_patterns("__pycache__", "labextension"))
     try:
         head = subprocess.run(
-            ["git", "-C", str(HERE.parent), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=30
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=30
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", str(HERE.parent), "status", "--porcelain", "--", "nbburst"],
+            ["git", "-C", str(REPO), "status", "--porcelain", "--", "nbburst"],
             capture_output=True,
             text=True,
             timeout=30,

@@ -74,3 +74,8 @@ def kill_agents(root: str, grace: float = 5.0) -> list[int]:
             pass
     psutil.wait_procs(leftovers, timeout=5)
     return [p.pid for p in leftovers]
+
+
+def jobs_in(env) -> list[str]:
+    jobs = env["root"] / "jobs"
+    return sorted(p.name for p in jobs.iterdir()) if jobs.exists() else []
