@@ -33,7 +33,7 @@ are pickled with cloudpickle; on a burst machine they are signed with the
 job's key and verified before they are unpickled.
 
 This module stays importable without the agent: it only touches local files.
-Copying to and from the Store is the agent's business (nbburst.agent.checkpoints).
+Copying to and from the Store is the agent's business (nbburst.agent.attempt.checkpoints).
 """
 
 from __future__ import annotations

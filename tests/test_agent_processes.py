@@ -1,4 +1,4 @@
-"""The agent's children (agent/spawn.py) and an attempt's processes (protocol/processes.py), on real processes.
+"""The agent's children (agent/attempt/spawn.py) and an attempt's processes (protocol/processes.py), on real processes.
 
 A child dies with its agent, even one killed with ``kill -9``; what the cell left outside its group
 (``setsid``, a double fork, with or without ``exec``) carries the attempt's marker and is swept; a signal
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/p
 
 AGENT = """
 import os, subprocess, sys, time
-from nbburst.agent import spawn
+from nbburst.agent.attempt import spawn
 
 out = sys.argv[1]
 
@@ -80,7 +80,7 @@ def test_the_cell_dies_with_its_agent_and_what_escaped_is_swept(tmp_path):
 
 STORM = """
 import os, signal, sys, threading, time
-from nbburst.agent import spawn
+from nbburst.agent.attempt import spawn
 
 log = sys.argv[1]
 

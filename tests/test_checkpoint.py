@@ -14,8 +14,9 @@ import pytest
 
 import nbburst
 from nbburst import checkpoint
-from nbburst.agent import checkpoints as mirror
-from nbburst.agent import preemption, resume
+from nbburst.agent.attempt import checkpoints as mirror
+from nbburst.agent.attempt import preemption
+from nbburst.agent.hooks import taskreuse as resume
 from nbburst.protocol import signing
 from nbburst.protocol.job import JobLayout
 from nbburst.store import open_store
@@ -228,7 +229,7 @@ def test_joblib_tasks_are_cached_and_resumed(tmp_path):
     """Task results survive a "preemption" (a new process) and are not recomputed; keys are deterministic."""
     script = textwrap.dedent("""
         import json, sys
-        from nbburst.agent import resume
+        from nbburst.agent.hooks import taskreuse as resume
         resume.install(sys.argv[1])
         import numpy as np
         from joblib import Parallel, delayed
@@ -255,7 +256,7 @@ def test_joblib_tasks_are_cached_and_resumed(tmp_path):
 
 def test_joblib_patch_is_lazy_and_reversible(tmp_path):
     code = (
-        "import sys; from nbburst.agent import resume; resume.install(sys.argv[1]); "
+        "import sys; from nbburst.agent.hooks import taskreuse as resume; resume.install(sys.argv[1]); "
         "print('joblib' in sys.modules); import joblib.parallel as p; print(p.Parallel.__call__ is resume._call); "
         "resume.uninstall(); print(p.Parallel.__call__ is resume._call)"
     )
@@ -317,7 +318,7 @@ def test_resume_keys_ignore_sklearn_config_wrapper():
 KEYS_SCRIPT = """
 import json, sys
 import joblib.parallel
-from nbburst.agent import resume
+from nbburst.agent.hooks import taskreuse as resume
 keys = []
 def record(self, iterable):
     tasks = list(iterable)

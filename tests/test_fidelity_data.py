@@ -379,7 +379,7 @@ def test_fingerprints_see_changes_made_in_place(value):
 def _round_trip(kernel: dict, sent: list[str], cell) -> tuple[transfer.Loaded, int]:
     """Send ``sent`` from ``kernel`` to a machine namespace, run ``cell(ns)`` there (it returns its
     outputs), and bring back what the agent brings back; returns what arrived and the blob's size."""
-    from nbburst.agent.inputs import Inputs
+    from nbburst.agent.attempt.inputs import Inputs
     from nbburst.protocol import state
 
     inner_sent: dict = {}

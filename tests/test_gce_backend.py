@@ -289,7 +289,7 @@ def test_the_wheel_is_deterministic_and_the_manifest_signed(gce_env):
     assert blob == data and name == manifest["wheel"]["file"]
     assert dist.wheel()[1] == data  # deterministic: same files, same bytes, same digest
     listing = __import__("zipfile").ZipFile(__import__("io").BytesIO(data)).namelist()
-    assert "nbburst/agent/main.py" in listing and any(n.endswith(".dist-info/RECORD") for n in listing)
+    assert "nbburst/agent/attempt/controller.py" in listing and any(n.endswith(".dist-info/RECORD") for n in listing)
     assert not any("__pycache__" in n for n in listing)
     again = dist.publish(store, JobLayout("b20000101-000000-aaaaaa"), b"k" * 32, {})
     assert again == json.loads(store.get("jobs/b20000101-000000-aaaaaa/dist/manifest.json"))
@@ -342,7 +342,7 @@ def test_packages_that_differ_are_installed_on_the_vm_and_logged(gce_env, comput
 
 
 def test_shutdown_script_marks_a_silent_attempt_preempted(tmp_path, monkeypatch):
-    from nbburst.agent.gce import mark_shutdown
+    from nbburst.agent.machine.gce import mark_shutdown
     from nbburst.protocol import signing
     from nbburst.protocol.folder import JobFolder
     from nbburst.protocol.job import JobLayout, Status, Terminal

@@ -84,7 +84,7 @@ def test_build_an_image_and_boot_a_job_from_it(image_env, compute_emulator, caps
     info = json.loads((content / "image.json").read_text())
     assert info["nbburst"] == __version__ and info["python"].startswith("3.11.") and info["family"] == FAMILY
     assert (content / "venv" / ".nbburst-wheel").read_text() == info["wheel_sha256"]
-    assert list((content / "venv").glob("lib/python3.11/site-packages/nbburst/agent/main.py"))
+    assert list((content / "venv").glob("lib/python3.11/site-packages/nbburst/agent/attempt/controller.py"))
 
     # a job with --image-family boots from it: the venv is there, nothing is installed again
     def probe():

@@ -22,8 +22,8 @@ from support.jobs import attempts_never_overlap, expected_loop, gone, running_st
 from support.notebook import run_notebook
 
 from nbburst import checkpoint
-from nbburst.agent import checkpoints as mirror
-from nbburst.agent import verdict
+from nbburst.agent.attempt import checkpoints as mirror
+from nbburst.agent.attempt import verdict
 from nbburst.client import supervisor
 from nbburst.client.burst import UNVERIFIED, Burst
 from nbburst.machines.gce.machines import GCEMachines

@@ -119,7 +119,7 @@ def test_no_import_runs_upward_or_sideways(graph):
 def test_the_rule_catches_a_wrong_import():
     assert not allowed("nbburst.protocol.job", "nbburst.client.burst")  # upward
     assert not allowed("nbburst.ui.view", "nbburst.server.manager")  # sideways
-    assert not allowed("nbburst.agent.main", "nbburst.config")  # the agent shares only protocol and Store
+    assert not allowed("nbburst.agent.attempt.controller", "nbburst.config")  # the agent shares only protocol and Store
     assert allowed("nbburst.client.burst", "nbburst.machines.base")
 
 

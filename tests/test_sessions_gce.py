@@ -84,7 +84,7 @@ def test_cells_run_on_the_one_session_vm_and_unchanged_inputs_stay_put(burst, co
     assert sched["provisioningModel"] == "SPOT" and sched["instanceTerminationAction"] == "DELETE"
     assert 540 < int(sched["maxRunDuration"]["seconds"]) <= 660  # the session's 10 minutes, and a margin
     items = {i["key"]: i["value"] for i in body["metadata"]["items"]}
-    assert "nbburst.agent.sessionrelay" in items["startup-script"]
+    assert "nbburst.agent.session.relay" in items["startup-script"]
     assert json.loads(items["nbburst-session"])["idle"] == 300
     token = session.record.token
     assert all(token not in value for value in items.values())  # the secret is in Secret Manager only

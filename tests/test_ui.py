@@ -135,7 +135,7 @@ def test_tqdm_in_the_cell_reports_progress(monkeypatch):
     import io
 
     from nbburst import reporting
-    from nbburst.agent import tqdm_hook
+    from nbburst.agent.hooks import tqdm_progress as tqdm_hook
 
     seen = []
 
@@ -240,7 +240,7 @@ def test_scikit_learn_searches_report_fits_without_user_code(monkeypatch):
     from sklearn.model_selection import GridSearchCV, cross_val_score
 
     from nbburst import reporting
-    from nbburst.agent import joblib_hook
+    from nbburst.agent.hooks import joblib_progress as joblib_hook
 
     channel = RecordingChannel()
     monkeypatch.setattr(reporting, "_channel", channel)
@@ -265,7 +265,7 @@ def test_a_closed_tqdm_bar_clears_the_progress(monkeypatch):
     import io
 
     from nbburst import reporting
-    from nbburst.agent import tqdm_hook
+    from nbburst.agent.hooks import tqdm_progress as tqdm_hook
 
     channel = RecordingChannel()
     monkeypatch.setattr(reporting, "_channel", channel)

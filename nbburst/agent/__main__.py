@@ -1,5 +1,5 @@
 import sys
 
-from .main import main
+from .attempt.controller import main
 
 sys.exit(main(sys.argv[1:]))

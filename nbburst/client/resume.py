@@ -30,7 +30,7 @@ from ..protocol.folder import JobFolder
 from ..protocol.signing import MAGIC
 from ..store import NotFound
 
-#: Where the checkpoint objects signed with the job's key live (nbburst.agent.checkpoints: Keys.state).
+#: Where the checkpoint objects signed with the job's key live (nbburst.agent.attempt.checkpoints: Keys.state).
 STATE = "checkpoints/state/"
 
 

@@ -1,6 +1,6 @@
 """Warm sessions, the notebook's side: start a session's machine, send it cells, show and end sessions.
 
-A session keeps one machine and one warm agent (agent/session.py) for the
+A session keeps one machine and one warm agent (agent/session/parent.py) for the
 cells that name it. Each cell is still a job in the Store with everything a
 cell promises; only its start differs: instead of launching a machine, the
 client hands the claimed attempt to the session's warm parent over a Unix

@@ -3,7 +3,7 @@
 A local session's client hands cells to the warm parent over a Unix socket
 (client/session.py). A session VM has no such socket, so the client writes each
 request, sealed under the session's secret, to the session's folder in the
-Store, and the VM's relay (agent/sessionrelay.py) carries it to the warm parent
+Store, and the VM's relay (agent/session/relay.py) carries it to the warm parent
 and writes the answers back (:mod:`nbburst.protocol.sessionwire`). A cell's
 request carries its job key encrypted; the cell is then a job like any other,
 whose ``wait`` reads the job's folder as a plain Compute Engine job's does. The

@@ -3,7 +3,7 @@ removed when it ends.
 
 Worker machines are machines of the job (``worker_name(job, i)``: its labels,
 limits and self-deletion, see ``Machines.launch_worker``) that serve Dask
-workers to the scheduler beside the cell (agent/cluster.py). They outlive a
+workers to the scheduler beside the cell (agent/scaleout.py). They outlive a
 preemption of the job's machine: they join the next attempt's scheduler. A
 worker machine that is lost (preempted, killed) is launched again by the
 supervisor, under the job's lease so two supervisors never both do it; Dask

@@ -8,7 +8,7 @@ the record it acted on: a preemption that ends attempt N never removes the
 record of attempt N+1, launched meanwhile by a supervisor.
 
 Every process of a machine carries its attempt's marker (``$NBBURST_ATTEMPT``,
-see agent/spawn.py), so deleting or preempting a machine also ends what left
+see agent/attempt/spawn.py), so deleting or preempting a machine also ends what left
 its process groups (``setsid``, a double fork): a machine that is gone runs
 nothing.
 """
@@ -176,10 +176,10 @@ class LocalMachines(Machines):
         self, session_id: str, name: str, boot: int, cpus: list[int], argv: list[str], env: dict[str, str]
     ) -> str:
         """Start machine ``name``, boot ``boot`` (1, 2, ...) of a session: its warm parent (``python -m
-        nbburst.agent.session ARGV``, agent/session.py), marked with ``session_id`` and the boot as an attempt is
+        nbburst.agent.session.parent ARGV``, agent/session/parent.py), marked with ``session_id`` and the boot as an attempt is
         with its job, so deleting the machine ends every cell it ran, and never a later boot's."""
         full_env = {**_machine_env(name, cpus, attempt_tag(session_id, boot)), **env}
-        command = [sys.executable, "-m", "nbburst.agent.session", *argv]
+        command = [sys.executable, "-m", "nbburst.agent.session.parent", *argv]
         return self._run(name, command, full_env, {"job_id": session_id, "attempt": boot, "marker": session_id}, cpus)
 
     def _run(self, name: str, command: list[str], env: dict[str, str], fields: dict, cpus: list[int]) -> str:
@@ -320,7 +320,7 @@ class LocalMachines(Machines):
     def doctor(self) -> list[Check]:
         checks = []
         probe = subprocess.run(
-            [sys.executable, "-c", "import nbburst.agent.main, sys; print(sys.version.split()[0])"],
+            [sys.executable, "-c", "import nbburst.agent.attempt.controller, sys; print(sys.version.split()[0])"],
             capture_output=True,
             text=True,
             timeout=60,

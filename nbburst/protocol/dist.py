@@ -19,7 +19,7 @@ the agent itself imports) at the notebook's versions, resolved by
 the local wheels; what cannot be had; and a built environment of
 ``ROOT/envs/`` to start from (:mod:`nbburst.protocol.envcache`). ``requirements``
 (name -> version) is what the agent compares the machine with
-(:mod:`nbburst.agent.envsync`). The manifest is signed with the job key
+(:mod:`nbburst.agent.machine.envsync`). The manifest is signed with the job key
 (HMAC-SHA256), which the bootstrap and the agent check before installing
 anything from it.
 """

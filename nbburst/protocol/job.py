@@ -107,7 +107,7 @@ class JobLayout:
         return self.key(f"claims/{attempt:04d}")
 
     def cluster(self, attempt: int) -> str:
-        """Where attempt ``attempt``'s Dask scheduler says its address (``--workers``, agent/cluster.py)."""
+        """Where attempt ``attempt``'s Dask scheduler says its address (``--workers``, agent/scaleout.py)."""
         return self.key(f"cluster/{attempt:04d}.json")
 
     cluster_prefix = property(lambda self: self.key("cluster/"))
@@ -251,7 +251,7 @@ class Terminal(_StateRecord):
 #   {"t": 1.0, "s": "stdout"|"stderr", "x": "text"}
 #   {"t": 1.0, "s": "display", "data": {mime: ...}, "metadata": {...}, "transient": {...}, "update": true}
 #   {"t": 1.0, "s": "event", "x": "attempt 2 started on ..."}
-# and what the machine's IPython publishes as a kernel would (agent/shell.py), replayed in the kernel:
+# and what the machine's IPython publishes as a kernel would (agent/attempt/shell.py), replayed in the kernel:
 #   {"t": 1.0, "s": "clear", "wait": false}                        clear_output
 #   {"t": 1.0, "s": "result", "data": {mime: ...}, "metadata": {...}}    the cell's Out (execute_result)
 #   {"t": 1.0, "s": "page", "data": {mime: ...}, "start": 0}        the pager payload (obj?)
@@ -294,7 +294,7 @@ def record_text(record: dict[str, Any]) -> str:
 # instance metadata (Compute Engine): the key never enters the Store.
 ENV_JOB_KEY = "NBBURST_JOB_KEY"
 ENV_MACHINE = "NBBURST_MACHINE"
-ENV_ATTEMPT = "NBBURST_ATTEMPT"  # <job id>:<attempt>, in every process of the attempt (see agent/spawn.py)
+ENV_ATTEMPT = "NBBURST_ATTEMPT"  # <job id>:<attempt>, in every process of the attempt (see agent/attempt/spawn.py)
 ENV_CPUS = "NBBURST_CPUS"
 ENV_SCHEDULER = "NBBURST_SCHEDULER"  # the Dask scheduler's address, in the runner of a --workers job
 ENV_WORKER = "NBBURST_WORKER"  # the index of a worker machine (its agent serves a Dask worker)

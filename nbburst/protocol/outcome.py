@@ -7,7 +7,7 @@ A verdict object is sealed at the attempt that committed it (its version), so
 a reader can tell a result of the attempt that held the job from one that a
 superseded attempt wrote after the next was claimed (:func:`verdict_object`).
 Create-only writes meet objects planted by a bucket writer without the job's
-key: the real writer's replaces them (:func:`commit_terminal`, ``agent/verdict.py``).
+key: the real writer's replaces them (:func:`commit_terminal`, ``agent/attempt/verdict.py``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Which values are plain data: their pickle calls nothing but numpy, pandas and Python's own types.
 
 A session's warm parent may load an input ahead of the cells that read it, to
-know its fingerprint once instead of in every cell (agent/session.py). It must
+know its fingerprint once instead of in every cell (agent/session/parent.py). It must
 not run the notebook's code, or a library's, to do so: unpickling can call
 anything the pickle names, and a thread or a connection made in the warm
 parent would be in every cell forked from it. So it only loads values whose

@@ -1,6 +1,6 @@
 """An attempt's processes, found by their marker: ``NBBURST_ATTEMPT=<job>:<attempt>`` in their environment.
 
-Every process of an attempt carries the marker from the start (agent/spawn.py),
+Every process of an attempt carries the marker from the start (agent/attempt/spawn.py),
 so ``/proc/<pid>/environ`` shows it even for a process that left the runner's
 group (``setsid``, a double fork) or whose agent is gone. :func:`sweep` ends
 them: the agent at the end of its attempt (and, at its start, what earlier

@@ -2,7 +2,7 @@
 
 A session's machine on Compute Engine cannot be reached on a Unix socket, so the
 client writes its requests to ``sessions/<session id>/requests/<name>.json`` and
-the machine's relay (agent/sessionrelay.py) answers in ``sessions/<session
+the machine's relay (agent/session/relay.py) answers in ``sessions/<session
 id>/state.json``. Nothing read from the Store is trusted unless it opens under
 the session's secret (the token the client made; the machine reads it from
 Secret Manager, never from metadata):

@@ -1,6 +1,6 @@
 """Replay in the notebook's kernel what the machine's IPython published, as this kernel would have.
 
-The machine's shell (agent/shell.py) sends what ipykernel sends to the frontend; here each record
+The machine's shell (agent/attempt/shell.py) sends what ipykernel sends to the frontend; here each record
 goes out through the kernel's own machinery, so the frontend gets the same messages as for a plain
 cell: display_data and its updates by display id, clear_output, the execute_result with this cell's
 execution count, the pager payload of ``obj?``, and the comm messages of widgets: a widget made on

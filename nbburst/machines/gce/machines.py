@@ -149,7 +149,7 @@ DASK_TAG = "nbburst-dask"
 class GCEMachines(Machines):
     backend = "gce"
     scale_out = True  # worker VMs (launch_worker)
-    relays_sessions = True  # a session's cells come through the Store (launch_session, agent/sessionrelay.py)
+    relays_sessions = True  # a session's cells come through the Store (launch_session, agent/session/relay.py)
     #: A session's VM: maxRunDuration = the session's time left + this margin (its warm parent ends first).
     session_margin_s = 60.0
     #: maxRunDuration = the job's time left + this margin (boot, install, the agent's own ending).
@@ -471,7 +471,7 @@ class GCEMachines(Machines):
         if gpu:
             items["install-nvidia-driver"] = "True"
         if worker is not None:
-            items["nbburst-worker"] = str(worker)  # its agent serves a Dask worker (agent/cluster.py)
+            items["nbburst-worker"] = str(worker)  # its agent serves a Dask worker (agent/scaleout.py)
         scheduling = compute_v1.Scheduling(
             provisioning_model="SPOT" if spot else "STANDARD",
             # a capped job's machine goes once its budget is spent: deleted, so its disk costs nothing more
@@ -569,7 +569,7 @@ class GCEMachines(Machines):
     ) -> str:
         """Start warm session ``session_id``'s VM ``machine`` (client/sessionstore.py): a job VM's image,
         environment (what ``settings["preload"]`` needs) and account, whose startup runs the session's relay and
-        warm parent (agent/sessionrelay.py) with ``settings`` (idle, until, preload, boot) in its metadata; the
+        warm parent (agent/session/relay.py) with ``settings`` (idle, until, preload, boot) in its metadata; the
         session's ``secret`` reaches it as a job key does (Secret Manager). Spot as planned, deleted at the
         session's limit (maxRunDuration) or when it ends itself."""
         from google.cloud import compute_v1

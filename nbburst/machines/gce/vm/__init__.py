@@ -25,7 +25,7 @@ notebook's versions of what is still missing; nothing when the venv is there alr
 image baked by ``nbburst image build``); then ``python -m nbburst.agent JOB_URL`` runs the job, and the
 agent deletes the VM when the job ends. Whatever happens, the script powers the VM off at the end, so a
 broken boot never idles: the client then shows the serial console tail and deletes the VM. On shutdown
-(``shutdown.sh``, best effort: spot VMs have 30 s) ``python -m nbburst.agent.gce shutdown`` marks the
+(``shutdown.sh``, best effort: spot VMs have 30 s) ``python -m nbburst.agent.machine.gce shutdown`` marks the
 attempt PREEMPTED if the agent could not.
 
 A watcher VM (``watch.sh``): ``watchboot.py`` installs the client's nbburst wheel (with its dependencies
@@ -33,7 +33,7 @@ unless the image has them), then ``python -m nbburst.client.watch`` relaunches t
 until none is left and deletes its VM.
 
 A warm session's VM boots the same way, from the session's own manifest (its key is the session's secret), and
-runs ``python -m nbburst.agent.sessionrelay`` instead of the agent (:func:`session_startup_script`).
+runs ``python -m nbburst.agent.session.relay`` instead of the agent (:func:`session_startup_script`).
 
 An image builder (``build.sh``): ``bake.py`` makes the venv as the bootstrap does on a stock image and
 installs the notebook's packages and the wheel into it (see :mod:`nbburst.machines.gce.image`).
@@ -76,8 +76,8 @@ def startup_script() -> str:
 
 def session_startup_script() -> str:
     """The ``startup-script`` of a warm session's VM: a job VM's, whose program is the session's relay (it runs
-    the warm parent and carries the client's requests to it, nbburst/agent/sessionrelay.py)."""
-    return script("startup.sh", "vmlib.py", "bootstrap.py", program="nbburst.agent.sessionrelay")
+    the warm parent and carries the client's requests to it, nbburst/agent/session/relay.py)."""
+    return script("startup.sh", "vmlib.py", "bootstrap.py", program="nbburst.agent.session.relay")
 
 
 def shutdown_script() -> str:

@@ -96,7 +96,7 @@ def agent_check(python: str, venv: str) -> str:
         [
             python,
             "-c",
-            "import json, sys, nbburst, nbburst.agent.main, google.cloud.storage; "
+            "import json, sys, nbburst, nbburst.agent.attempt.controller, google.cloud.storage; "
             "print(json.dumps([nbburst.__version__, nbburst.__file__]))",
         ],
         capture_output=True,

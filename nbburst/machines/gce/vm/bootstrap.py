@@ -17,7 +17,7 @@ standard library only: see vmlib.py).
      Python (a standalone one when the image's is another version), unpacks the stored environment the
      manifest names (``envs/<hash>.tar.gz``, checked against its SHA-256), installs the notebook's versions
      of what is still missing, and, when it installed anything, leaves a snapshot of the venv and
-     ``BASE/env-pending.json`` for the agent to store in the bucket (see nbburst/agent/envsync.py);
+     ``BASE/env-pending.json`` for the agent to store in the bucket (see nbburst/agent/machine/envsync.py);
 
 4. installs the job's local packages (wheels built by the client) and nbburst's wheel, all checked against
    their SHA-256.

@@ -43,11 +43,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import quote, write_atomic
-from ..protocol.folder import JobFolder
-from ..protocol.job import JobLayout
-from ..protocol.sealed import Misplaced
-from ..store import AlreadyExists, NotFound, Store
+from ...checkpoint import quote, write_atomic
+from ...protocol.folder import JobFolder
+from ...protocol.job import JobLayout
+from ...protocol.sealed import Misplaced
+from ...store import AlreadyExists, NotFound, Store
 
 SYNC_SECONDS = 1.0
 TASK_BATCH_MAX = 512  # task results per uploaded batch
@@ -397,9 +397,10 @@ def summary(counts: dict[str, Any]) -> str:
 
 def start_in_runner(store: Store, layout: JobLayout, key: bytes, channel: Any, control_fd: int | None) -> Syncer | None:
     """In the runner, before the cell: checkpoints go to the Store, joblib tasks resume, notices are heard."""
-    from .. import checkpoint
-    from ..protocol.job import ENV_ATTEMPT, attempt_of
-    from . import preemption, resume
+    from ... import checkpoint
+    from ...protocol.job import ENV_ATTEMPT, attempt_of
+    from ..hooks import taskreuse
+    from . import preemption
 
     where = os.environ.get(checkpoint.ENV_DIR)
     if not where:
@@ -408,7 +409,7 @@ def start_in_runner(store: Store, layout: JobLayout, key: bytes, channel: Any, c
     syncer = Syncer(store, layout, key, root, attempt_of(os.environ.get(ENV_ATTEMPT) or "0")).start()
     checkpoint.activate(root, key, on_change=syncer.kick, on_sync=syncer.flush)
     if os.environ.get("NBBURST_RESUME_TASKS", "1") != "0":  # 0: joblib tasks are not cached (benchmarks)
-        resume.install(root / "tasks")
+        taskreuse.install(root / "tasks")
     if control_fd is not None:
         preemption.listen(control_fd, syncer, channel)
     return syncer

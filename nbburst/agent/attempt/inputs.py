@@ -18,10 +18,10 @@ import importlib
 import json
 from typing import Any
 
-from ..protocol import imports, payload, signing, state, transfer
-from ..protocol.job import JobLayout, JobSpec, blob_key
-from ..store import Store
-from . import blobcache
+from ...protocol import imports, payload, signing, state, transfer
+from ...protocol.job import JobLayout, JobSpec, blob_key
+from ...store import Store
+from ..session import blobcache
 
 #: An input's fingerprint as it arrived, and those of the arrays inside it by their index in its pickle's memo.
 Arrival = tuple[str | None, dict[int, str]]

@@ -32,8 +32,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol.job import State
-from ..protocol.metadata import host as metadata_host
+from ...protocol.job import State
+from ...protocol.metadata import host as metadata_host
 
 #: Seconds the runner gets for hooks + checkpoint upload, if nothing else says.
 LOCAL_BUDGET = 1.5
@@ -254,7 +254,7 @@ def listen(fd: int, syncer: Any, channel: Any) -> threading.Thread:
     """In the runner: act on the agent's control messages (``preempt``, ``sync``)."""
 
     def run() -> None:
-        from .. import checkpoint
+        from ... import checkpoint
 
         buf = b""
         while True:

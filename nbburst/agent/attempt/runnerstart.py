@@ -1,9 +1,9 @@
 """How a controller starts its runner: the pipes between them, and what the runner is told of its job.
 
-The runner (agent/runner.py) imports IPython and the cell's packages; this module
+The runner (agent/attempt/runner.py) imports IPython and the cell's packages; this module
 does not, so a controller stays light. A plain attempt forks its runner once it
 knows the job; a session's controller forks one ahead, which sets up its shell and
-then waits here for the job down a pipe (agent/warmcell.py).
+then waits here for the job down a pipe (agent/session/controller.py).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from ..protocol.folder import JobFolder
-from ..protocol.job import ENV_ATTEMPT, JobLayout, JobSpec
-from ..store import open_store
+from ...protocol.folder import JobFolder
+from ...protocol.job import ENV_ATTEMPT, JobLayout, JobSpec
+from ...store import open_store
 from .channel import Channel, flush_all
 from .spawn import EXIT_ORPHANED, pin_cpus
 from .verdict import HANDED, Handoff
@@ -36,7 +36,7 @@ class RunnerJob:
     workdir: str
     checkpoints: str
     handoff_dir: str
-    tag: str  # the attempt's marker, which every process of the attempt carries (agent/spawn.py)
+    tag: str  # the attempt's marker, which every process of the attempt carries (agent/attempt/spawn.py)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -93,7 +93,7 @@ def serve(
 ) -> int:
     """A runner's life, in the forked child: ``ready``, it sets up its shell before ``next_job()`` tells it
     its job (None: no job will come, as its controller is gone). ``prelude``: what the cell's imports printed
-    (stdout, stderr) when its warm parent made them for it (agent/session.py), written as the cell's first."""
+    (stdout, stderr) when its warm parent made them for it (agent/session/parent.py), written as the cell's first."""
     from .runner import EXIT_ERROR, EXIT_RESULT, Prepared
 
     channel, control_fd = pipes.in_runner()

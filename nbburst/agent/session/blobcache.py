@@ -13,16 +13,18 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 
-from ..protocol import payload, signing
-from ..protocol.job import blob_key
-from ..store import Store
+from ...protocol import payload, signing
+from ...protocol.job import blob_key
+from ...store import Store
 
 #: At most this share of the machine's memory is held (the oldest blobs are let go first).
 MEMORY_SHARE = 0.25
 
 _held: OrderedDict[str, memoryview] = OrderedDict()
 _reads = [0]  # blobs read from the Store so far
-_fingerprints: dict[str, tuple[str | None, dict[int, str]]] = {}  # of held blobs' values, as loaded (agent/inputs.py)
+_fingerprints: dict[
+    str, tuple[str | None, dict[int, str]]
+] = {}  # of held blobs' values, as loaded (agent/attempt/inputs.py)
 
 
 def get(digest: str) -> memoryview | None:

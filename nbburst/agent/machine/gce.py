@@ -12,7 +12,7 @@ there is nothing to do: the process ends.
 Plain REST with the standard library: importing google-cloud-compute would
 cost seconds of VM time for one request.
 
-``python -m nbburst.agent.gce shutdown`` (the VM's shutdown script) marks the
+``python -m nbburst.agent.machine.gce shutdown`` (the VM's shutdown script) marks the
 current attempt PREEMPTED when the job has no terminal state and the agent is
 no longer there to say so.
 
@@ -31,8 +31,8 @@ import urllib.error
 import urllib.request
 import uuid
 
-from ..protocol.job import ENV_JOB_KEY, QUICK_STALE_SECONDS, JobLayout, State, split_job_url
-from ..protocol.metadata import metadata, on_gce
+from ...protocol.job import ENV_JOB_KEY, QUICK_STALE_SECONDS, JobLayout, State, split_job_url
+from ...protocol.metadata import metadata, on_gce
 
 DEFAULT_ENDPOINT = "https://compute.googleapis.com"
 COMPUTE_SCOPES = ("https://www.googleapis.com/auth/cloud-platform", "https://www.googleapis.com/auth/compute")
@@ -138,8 +138,8 @@ def mark_shutdown(wait_s: float = 10.0) -> str:
     """Mark the current attempt PREEMPTED if the job has no verdict and its agent, once running, is silent.
 
     An attempt whose agent never started stays PROVISIONING: the client reads that as a boot failure."""
-    from ..protocol.folder import JobFolder
-    from ..store import NotFound, open_store
+    from ...protocol.folder import JobFolder
+    from ...store import NotFound, open_store
 
     url = _metadata("instance/attributes/nbburst-job-url")
     key_hex = vm_key()
@@ -182,7 +182,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["end"]:
         print(end_machine() or "not a job VM")
         return 0
-    print("usage: python -m nbburst.agent.gce shutdown|end", file=sys.stderr)
+    print("usage: python -m nbburst.agent.machine.gce shutdown|end", file=sys.stderr)
     return 2
 
 

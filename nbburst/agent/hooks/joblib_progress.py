@@ -14,7 +14,7 @@ from the generator's underlying iterator (``range``, a list of splits), else
 it is known once every task was dispatched. Only the outermost ``Parallel`` of
 the cell reports, and when it returns the job's progress is cleared, so the
 bar never stays at 100% while the cell goes on (a refit, the next search).
-The patch is applied when the cell first imports joblib (agent/importhook.py).
+The patch is applied when the cell first imports joblib (agent/hooks/importhook.py).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def _report(parallel: Any, final: bool = False) -> None:
         total = _outer["total"]
         if total is None and getattr(parallel, "_original_iterator", True) is None:  # every task was dispatched
             total = parallel.n_dispatched_tasks
-        from .. import reporting
+        from ... import reporting
 
         reporting.progress(done, max(total, done) if total else None, _outer["desc"])
     except Exception:  # progress must never break the cell
@@ -115,7 +115,7 @@ def patch(module: Any) -> None:
             if outermost:
                 _report(self, final=True)
                 _outer.update(parallel=None, total=None)
-                from .. import reporting
+                from ... import reporting
 
                 reporting.loop_ended()
 

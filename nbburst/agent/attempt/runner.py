@@ -1,9 +1,9 @@
 """Run the job's code in this (forked) process and hand its result or error to the agent.
 
-The process leads a session of its own (agent/spawn.py), so the agent can end
+The process leads a session of its own (agent/attempt/spawn.py), so the agent can end
 the cell and everything it started (loky workers, subprocesses) in one signal.
 It commits nothing itself: the agent checks that the attempt still holds and
-commits the verdict (agent/verdict.py). A runner cut off from its agent exits
+commits the verdict (agent/attempt/verdict.py). A runner cut off from its agent exits
 with ``spawn.EXIT_ORPHANED``: a lost agent is never the cell's error.
 """
 
@@ -18,14 +18,14 @@ import threading
 import time
 from typing import Any
 
-from ..protocol import payload, signing, transfer
-from ..protocol.job import JobLayout, JobSpec, blob_key
-from ..store import Store
+from ...protocol import payload, signing, transfer
+from ...protocol.job import JobLayout, JobSpec, blob_key
+from ...store import Store
+from ..linebuffered import install as install_line_buffering
+from ..scaleout import connect as connect_cluster
 from .channel import Channel, ChannelStream, flush_c_streams
-from .cluster import connect as connect_cluster
 from .inputs import Inputs
 from .inputs import load as load_inputs
-from .linebuffered import install as install_line_buffering
 from .shell import ZMQInteractiveShell
 from .shell import start as start_shell
 from .spawn import EXIT_ORPHANED, orphaned
@@ -75,12 +75,13 @@ def kernel_namespace() -> dict[str, Any]:
 
 class Prepared:
     """What a runner sets up before it knows its job: the reporting hooks, the cell's namespace, the
-    shell over it. A session's controller prepares its runner while it waits for a cell (agent/warmcell.py)."""
+    shell over it. A session's controller prepares its runner while it waits for a cell
+    (agent/session/controller.py)."""
 
     def __init__(self, channel: Channel):
-        from .. import reporting
-        from .joblib_hook import install as install_joblib_hook  # joblib's tasks (scikit-learn's fits) too
-        from .tqdm_hook import install as install_tqdm_hook  # tqdm bars in the cell feed the job's progress
+        from ... import reporting
+        from ..hooks.joblib_progress import install as install_joblib_hook  # joblib's tasks (scikit-learn's fits) too
+        from ..hooks.tqdm_progress import install as install_tqdm_hook  # tqdm bars in the cell feed the job's progress
 
         reporting.connect(channel)
         install_tqdm_hook()
@@ -123,8 +124,8 @@ def run(
 ) -> int:
     """Execute the job; hand its result or error to the agent through ``handoff``.
 
-    ``control_fd`` is the agent's control pipe (preemption notices): see agent/preemption.py."""
-    from .. import reporting
+    ``control_fd`` is the agent's control pipe (preemption notices): see agent/attempt/preemption.py."""
+    from ... import reporting
     from .checkpoints import start_in_runner  # nbburst.checkpoint, joblib resume, preemption notices
 
     prepared = prepared or Prepared(channel)
@@ -165,7 +166,7 @@ def _final_sync(syncer: Any) -> None:
 
 
 def run_cell(code: str, spec: JobSpec, ns: dict[str, Any], shell: ZMQInteractiveShell) -> dict[str, Any]:
-    """Run the cell as the kernel would (see agent/shell.py); ``Out`` has been displayed when it returns."""
+    """Run the cell as the kernel would (see agent/attempt/shell.py); ``Out`` has been displayed when it returns."""
     if payload.digest_bytes(code.encode()) != spec.digests.get("code.py"):
         raise signing.SignatureError("code.py does not match the signed job spec; refusing to run it")
     executed = shell.execute(code)

@@ -39,7 +39,7 @@ from IPython.core.getipython import get_ipython
 from IPython.core.interactiveshell import ExecutionResult, InteractiveShell
 from traitlets.config import Config
 
-from ..protocol.job import CELL_MSG_ID
+from ...protocol.job import CELL_MSG_ID
 from .channel import Channel
 
 #: What ipykernel puts in the environment of a kernel (ipykernel's ``init_environment`` and ``kernelapp``).

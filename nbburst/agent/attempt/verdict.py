@@ -17,9 +17,9 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..protocol import outcome, sealed
-from ..protocol.folder import JobFolder
-from ..store import AlreadyExists, NotFound
+from ...protocol import outcome, sealed
+from ...protocol.folder import JobFolder
+from ...store import AlreadyExists, NotFound
 
 RESULT, ERROR = "result", "error"
 #: The event a runner sends once its verdict is handed over and its output closed: all that is left of it is

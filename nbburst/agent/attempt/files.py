@@ -17,10 +17,10 @@ import json
 import os
 from pathlib import Path
 
-from ..protocol import payload, workfiles
-from ..protocol.folder import JobFolder
-from ..protocol.job import JobSpec
-from ..store import Store
+from ...protocol import payload, workfiles
+from ...protocol.folder import JobFolder
+from ...protocol.job import JobSpec
+from ...store import Store
 
 #: Folders of the working folder that are nbburst's or caches, never the cell's results.
 SKIPPED = frozenset({".nbburst", ".ipython", "__pycache__", "dask-scratch-space"})

@@ -1,7 +1,7 @@
-"""``python -m nbburst.agent.sessionrelay SESSION_URL``: a session's machine on Compute Engine, and its mailbox.
+"""``python -m nbburst.agent.session.relay SESSION_URL``: a session's machine on Compute Engine, and its mailbox.
 
 On the local backend the client hands a cell to the session's warm parent
-(agent/session.py) over a Unix socket. A Compute Engine VM has no socket the
+(agent/session/parent.py) over a Unix socket. A Compute Engine VM has no socket the
 notebook can reach, so its startup script runs this relay instead of the agent:
 it starts the warm parent exactly as the local backend does, with its sockets in
 a folder of its own on the VM, and carries the client's requests to it through
@@ -34,12 +34,12 @@ import tempfile
 import time
 from typing import Any
 
-from ..protocol import sessionwire
-from ..protocol.job import ENV_ATTEMPT, attempt_tag, split_job_url
-from ..protocol.metadata import metadata
-from ..store import NotFound, Store, open_store
-from . import gce
-from .session import ENV_TOKEN
+from ...protocol import sessionwire
+from ...protocol.job import ENV_ATTEMPT, attempt_tag, split_job_url
+from ...protocol.metadata import metadata
+from ...store import NotFound, Store, open_store
+from ..machine import gce
+from .parent import ENV_TOKEN
 
 #: How often the relay lists the session's requests: what a cell's start waits at most, besides the Store
 #: (``$NBBURST_SESSION_POLL`` on the VM sets it).
@@ -128,7 +128,7 @@ def _settings() -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m nbburst.agent.sessionrelay SESSION_URL", file=sys.stderr)
+        print("usage: python -m nbburst.agent.session.relay SESSION_URL", file=sys.stderr)
         return 2
     root, session_id = split_job_url(argv[0])
     key_hex = gce.vm_key()
@@ -138,7 +138,7 @@ def main(argv: list[str]) -> int:
     boot = int(settings["boot"])
     folder = tempfile.mkdtemp(prefix="nbb-session-")  # only this user enters it
     relay = Relay(open_store(root), session_id, bytes.fromhex(key_hex), boot, folder)
-    command = [sys.executable, "-m", "nbburst.agent.session", relay.cells, "--control", relay.control]
+    command = [sys.executable, "-m", "nbburst.agent.session.parent", relay.cells, "--control", relay.control]
     command += ["--idle", str(settings["idle"]), "--until", str(settings["until"])]
     if settings.get("preload"):
         command += ["--preload", ",".join(settings["preload"])]

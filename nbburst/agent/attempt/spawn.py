@@ -34,7 +34,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from ..protocol.job import ENV_ATTEMPT, ENV_CPUS
+from ...protocol.job import ENV_ATTEMPT, ENV_CPUS
 
 #: A child's exit status when its agent is gone (EX_TEMPFAIL): the attempt failed, not the cell.
 EXIT_ORPHANED = 75

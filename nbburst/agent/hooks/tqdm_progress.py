@@ -1,6 +1,6 @@
 """Make ``tqdm`` progress bars in a burst cell feed the job's progress (``nbburst.progress``).
 
-Nothing is imported up front: a one-shot import hook (agent/importhook.py)
+Nothing is imported up front: a one-shot import hook (agent/hooks/importhook.py)
 patches ``tqdm.std.tqdm`` when the cell (or a library it uses) imports tqdm.
 The patch wraps ``refresh`` (which tqdm
 itself calls only every ``mininterval``, 0.1 s by default) and ``close`` of the
@@ -31,7 +31,7 @@ def _report(bar: Any, final: bool = False) -> None:
         if not final and now - _last["t"] < MIN_INTERVAL and bar.n != bar.total:
             return
         _last["t"] = now
-        from .. import reporting
+        from ... import reporting
 
         reporting.progress(bar.n, bar.total, str(bar.desc or "").rstrip(": "))
     except Exception:  # progress must never break the cell
@@ -41,7 +41,7 @@ def _report(bar: Any, final: bool = False) -> None:
 def _ended(bar: Any) -> None:
     try:
         if abs(getattr(bar, "pos", 0) or 0) == 0:
-            from .. import reporting
+            from ... import reporting
 
             reporting.loop_ended()
     except Exception:  # progress must never break the cell

@@ -1,11 +1,11 @@
-"""``python -m nbburst.agent.session CELLS --control CONTROL``: a session's warm parent, a controller per cell.
+"""``python -m nbburst.agent.session.parent CELLS --control CONTROL``: a session's warm parent, a controller per cell.
 
 A cell on a fresh machine pays a new Python, its imports and its inputs. A
 session's machine instead runs this warm parent: it has imported nbburst's
 runtime and the notebook's heavy modules once, holds the inputs cells read by
 content address (:mod:`.blobcache`), and keeps a controller forked ahead for the
 next cell (:class:`WarmParent`), which runs the attempt exactly as ``python -m
-nbburst.agent`` would (:mod:`.warmcell`, a :class:`.main.Agent`: claim check,
+nbburst.agent`` would (:mod:`.controller`, a :class:`~nbburst.agent.attempt.controller.Agent`: claim check,
 heartbeat, cancel, time limit, log shipping, the verdict) and forks the cell's
 runner in turn. Each cell is so a process of its own: an ``os._exit``,
 a crash or a timeout ends that cell only, and the parent stays warm for the next.
@@ -44,10 +44,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol import imports, payload, plaindata, transfer
-from ..protocol.job import ENV_ATTEMPT, JobLayout, attempt_tag, split_job_url
-from ..store import Store, open_store
-from . import blobcache, inputs, prewarm, spawn
+from ...protocol import imports, payload, plaindata, transfer
+from ...protocol.job import ENV_ATTEMPT, JobLayout, attempt_tag, split_job_url
+from ...store import Store, open_store
+from ..attempt import inputs, spawn
+from . import blobcache, prewarm
 
 #: The session's secret, handed to the parent in its environment (removed from it at once).
 ENV_TOKEN = "NBBURST_SESSION_TOKEN"
@@ -63,12 +64,12 @@ SPARE_DELAY_SECONDS = 0.5
 CONNECTED = b'{"connected": true}\n'
 #: What a session imports before its first cell, besides the notebook's modules.
 RUNTIME = (
-    "nbburst.agent.runner",
-    "nbburst.agent.shell",
-    "nbburst.agent.checkpoints",
-    "nbburst.agent.resume",
-    "nbburst.agent.tqdm_hook",
-    "nbburst.agent.verdict",
+    "nbburst.agent.attempt.runner",
+    "nbburst.agent.attempt.shell",
+    "nbburst.agent.attempt.checkpoints",
+    "nbburst.agent.hooks.taskreuse",
+    "nbburst.agent.hooks.tqdm_progress",
+    "nbburst.agent.attempt.verdict",
     "nbburst.checkpoint",
     "nbburst.reporting",
     "IPython",
@@ -216,10 +217,10 @@ class WarmParent:
             return
         prewarm.after_imports()
         cells, token, report = self.cells_socket, self.token, self.report_child
-        from . import warmcell
+        from . import controller
 
         def body() -> int:
-            ready = warmcell.ReadyRunner()  # the cell's runner, its shell made while no cell waits
+            ready = controller.ReadyRunner()  # the cell's runner, its shell made while no cell waits
             conn, request = _take_cell(cells, token, lambda: report.send(CONNECTED))
             cells.close()
             fresh = fresh_imports(request.get("imports") or [])
@@ -239,11 +240,11 @@ class WarmParent:
         """Fork the controller of a cell handed over by the spare that took it, its runner made after the
         cell's new imports (``prelude``: what they printed)."""
         cells, report = self.cells_socket, self.report_child
-        from . import warmcell
+        from . import controller
 
         def body() -> int:
             cells.close()
-            return _control(conn, request, warmcell.ReadyRunner(prelude), report)
+            return _control(conn, request, controller.ReadyRunner(prelude), report)
 
         pid, pidfd = self._spawn_controller(body, collect=False)
         conn.close()
@@ -355,7 +356,7 @@ class WarmParent:
 
     def _prepare(self, request: dict[str, Any]) -> None:
         """After a cell started: import its modules and hold its inputs here, for the cells after it."""
-        from .main import load_spec
+        from ..attempt.controller import load_spec
 
         try:
             root, job_id = split_job_url(request["job"])
@@ -426,10 +427,10 @@ def _fingerprint_ahead(digest: str) -> None:
 
 
 def _control(conn: socket.socket, request: dict[str, Any], ready: Any, report: socket.socket) -> int:
-    """In a cell's controller: run the attempt (agent/warmcell.py) under its marker; once the client is told
+    """In a cell's controller: run the attempt (agent/controller.py) under its marker; once the client is told
     the cell ended, tell the parent on ``report`` too (it forks the next spare then, not once this process
     has reaped the cell's runner and exited)."""
-    from . import warmcell
+    from . import controller
 
     os.environ[ENV_ATTEMPT] = attempt_tag(split_job_url(request["job"])[1], int(request["attempt"]))
 
@@ -438,7 +439,7 @@ def _control(conn: socket.socket, request: dict[str, Any], ready: Any, report: s
             report.send(json.dumps({"ended": os.getpid()}).encode())
         report.close()
 
-    return warmcell.control(conn, request, ready, ended)
+    return controller.control(conn, request, ready, ended)
 
 
 def fresh_imports(names: list[str]) -> list[str]:
@@ -491,7 +492,7 @@ def warm_imports(names: list[str]) -> list[str]:
     for matplotlib, pyplot too (it installs its hooks into the parent's shell, which is the one every cell's
     process takes over). A package that asks on import whether it runs in a kernel (tqdm.auto, plotly's
     renderers, ipywidgets' comm targets) gets a cell's answer: the parent's shell and import hooks are a
-    cell's (agent/shell.py, :func:`~.shell.make_ahead`)."""
+    cell's (agent/attempt/shell.py, :func:`~.shell.make_ahead`)."""
     out: dict[str, None] = {}
     for name in filter(None, names):
         out.update(dict.fromkeys(INSTEAD.get(name, (name,))))
@@ -537,7 +538,7 @@ def _subreaper() -> None:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m nbburst.agent.session")
+    p = argparse.ArgumentParser(prog="python -m nbburst.agent.session.parent")
     p.add_argument("socket", help="the Unix socket cells come on (its folder is the session's)")
     p.add_argument("--control", required=True, help="the Unix socket of the session's state and stop")
     p.add_argument("--idle", type=float, default=600.0, help="end after this many seconds without a cell")
@@ -549,18 +550,18 @@ def main(argv: list[str]) -> int:
         raise SystemExit("nbburst session: no token")
     cells, control = (_listen(path) for path in (args.socket, args.control))
     # The hard limit holds whatever happens to the loop below: SIGALRM's default ends this process, and the
-    # cells' processes die with it (agent/spawn.py). A fork does not inherit the alarm.
+    # cells' processes die with it (agent/attempt/spawn.py). A fork does not inherit the alarm.
     signal.alarm(max(1, int(args.until - time.time() + LIMIT_GRACE_SECONDS + 5)))
     _subreaper()
     # Cells wait in the backlog while the parent warms up: the session is up as soon as it listens.
-    from . import warmcell  # noqa: F401 (the cells' controllers, imported before any is forked)
-    from .shell import INLINE_BACKEND, KERNEL_ENVIRONMENT
+    from ..attempt.shell import INLINE_BACKEND, KERNEL_ENVIRONMENT
+    from . import controller  # noqa: F401 (the cells' controllers, imported before any is forked)
 
     os.environ.update(KERNEL_ENVIRONMENT)  # what the cell's shell sets, before anything imports matplotlib
     os.environ.setdefault("MPLBACKEND", INLINE_BACKEND)
     imports.import_all(RUNTIME)
-    from .runner import kernel_namespace
-    from .shell import make_ahead
+    from ..attempt.runner import kernel_namespace
+    from ..attempt.shell import make_ahead
 
     # Every cell's process takes over a copy of this shell. It is made before the notebook's modules are
     # imported here: a library that asks on import whether it runs in a kernel (pandas sets its display
@@ -580,7 +581,7 @@ def main(argv: list[str]) -> int:
                 os.unlink(path)
         with contextlib.suppress(OSError):
             os.rmdir(os.path.dirname(args.socket))
-    from .gce import end_machine
+    from ..machine.gce import end_machine
 
     end_machine()  # a Compute Engine VM deletes itself; nothing to do locally
     return 0

@@ -1,6 +1,7 @@
-"""A session cell's controller: an ordinary attempt (:class:`.main.Agent`) that also wakes the waiting client.
+"""A session cell's controller: an ordinary attempt (:class:`..attempt.controller.Agent`) that also wakes
+the waiting client.
 
-Forked from a session's warm parent (agent/session.py), which imports this module
+Forked from a session's warm parent (agent/session/parent.py), which imports this module
 only once it listens: what it pulls in (the agent, IPython) is the slow part of
 a session's start, and cells wait for it in the socket's backlog meanwhile.
 """
@@ -14,13 +15,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol import signing
-from ..protocol.job import ENV_ATTEMPT, ENV_JOB_KEY, JobLayout, State, split_job_url
-from ..store import NotFound, open_store
-from . import preemption, spawn
-from .main import Agent, Identity, load_spec
-from .runnerstart import Pipes, RunnerJob, serve
-from .shipper import Shipper
+from ...protocol import signing
+from ...protocol.job import ENV_ATTEMPT, ENV_JOB_KEY, JobLayout, State, split_job_url
+from ...store import NotFound, open_store
+from ..attempt import preemption, spawn
+from ..attempt.controller import Agent, Identity, load_spec
+from ..attempt.runnerstart import Pipes, RunnerJob, serve
+from ..attempt.shipper import Shipper
 
 #: How long a session's cell runs before its status says so (the heartbeat, the verdict say it anyway).
 RUNNING_NOTE_SECONDS = 0.2
@@ -40,7 +41,7 @@ class _WakingShipper(Shipper):
 
 class ReadyRunner:
     """A runner forked while the session waits for a cell: its shell and hooks are set up before the cell
-    comes, and it is told its job down a pipe (agent/runnerstart.py). ``prelude``: what the cell's imports
+    comes, and it is told its job down a pipe (agent/attempt/runnerstart.py). ``prelude``: what the cell's imports
     printed when the warm parent made them for it, before this runner was forked (stdout, stderr)."""
 
     def __init__(self, prelude: tuple[bytes, bytes] = (b"", b"")) -> None:

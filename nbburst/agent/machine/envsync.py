@@ -35,11 +35,11 @@ import time
 from importlib import invalidate_caches
 from typing import Any, Protocol
 
-from ..protocol import envcache
-from ..protocol.dist import verify_manifest
-from ..protocol.env import package_differences
-from ..protocol.job import ENV_ATTEMPT, JobLayout
-from ..store import AlreadyExists, NotFound, Store
+from ...protocol import envcache
+from ...protocol.dist import verify_manifest
+from ...protocol.env import package_differences
+from ...protocol.job import ENV_ATTEMPT, JobLayout
+from ...store import AlreadyExists, NotFound, Store
 
 #: Set in the environment of the restarted agent, so a package that will not install is tried once.
 ENV_SYNCED = "NBBURST_ENV_SYNCED"

@@ -39,7 +39,7 @@ from ..protocol.cluster import open_tls, seal_tls
 from ..protocol.folder import JobFolder
 from ..protocol.job import ENV_SCHEDULER, JobSpec
 from ..protocol.metadata import metadata, on_gce
-from . import spawn
+from .attempt import spawn
 
 #: How long the runner waits for every worker once the first has joined, before the cell starts with fewer.
 ALL_WORKERS_S = 60.0
@@ -198,7 +198,7 @@ def serve_worker(folder: JobFolder, spec: JobSpec, machine: str) -> int:
     A scheduler that goes (its machine preempted) is followed to the next attempt's; the job's end (its
     verdict) ends the worker within :data:`WORKER_POLL_S` or so."""
     if folder.store.exists(folder.layout.dist_manifest):  # a VM of its own: the notebook's versions, as the job's
-        from .envsync import sync
+        from .machine.envsync import sync
 
         sync(folder.store, folder.layout, folder.key, _Console())
     cores = int((spec.plan or {}).get("cores") or os.cpu_count() or 1)

@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol.folder import JobFolder
-from ..protocol.job import SHELL_RECORDS, encode_records
-from ..store import AlreadyExists
+from ...protocol.folder import JobFolder
+from ...protocol.job import SHELL_RECORDS, encode_records
+from ...store import AlreadyExists
 from .channel import PART
 
 FLUSH_SECONDS = 0.2

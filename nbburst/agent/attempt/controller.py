@@ -23,10 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..protocol import budget, fence, payload, processes, signing
-from ..protocol.env import python_mismatch
-from ..protocol.folder import JobFolder
-from ..protocol.job import (
+from ...protocol import budget, fence, payload, processes, signing
+from ...protocol.env import python_mismatch
+from ...protocol.folder import JobFolder
+from ...protocol.job import (
     ENV_ATTEMPT,
     ENV_JOB_KEY,
     ENV_MACHINE,
@@ -41,10 +41,12 @@ from ..protocol.job import (
     split_job_url,
     worker_id,
 )
-from ..protocol.metadata import metadata, on_gce
-from ..protocol.outcome import commit_terminal, error_summary, holds_verdict, timeout_reason
-from ..store import NotFound, Store, open_store
-from . import cluster, files, gce, gpu, preemption, spawn
+from ...protocol.metadata import metadata, on_gce
+from ...protocol.outcome import commit_terminal, error_summary, holds_verdict, timeout_reason
+from ...store import NotFound, Store, open_store
+from .. import scaleout
+from ..machine import gce, gpu
+from . import files, preemption, spawn
 from .checkpoints import local_root, restore, summary
 from .runnerstart import Pipes, RunnerJob, serve
 from .shipper import Shipper
@@ -79,7 +81,7 @@ def load_spec(store: Store, layout: JobLayout, key: bytes) -> JobSpec:
 
 
 class Agent:
-    #: What ships the cell's output (a session's controller also wakes the waiting client: agent/session.py).
+    #: What ships the cell's output (a session's controller also wakes the waiting client: agent/session/parent.py).
     shipper_class = Shipper
 
     def __init__(self, store: Store, layout: JobLayout, spec: JobSpec, ident: Identity):
@@ -222,7 +224,7 @@ class Agent:
             self.shipper.flush()
             return self.commit_terminal(State.FAILED, problem)
         if self.store.exists(self.layout.dist_manifest):  # a machine with an environment of its own
-            from .envsync import sync
+            from ..machine.envsync import sync
 
             # installs the notebook's versions of packages that differ (and then restarts this agent)
             sync(self.store, self.layout, self.ident.key, self.shipper)
@@ -257,7 +259,7 @@ class Agent:
         if self.stop_reason is not None or self.fenced():  # preempted, cancelled, out of time or taken over
             self.shipper.flush()
             return self._finish()
-        scheduler = self._start_scheduler() if self.spec.resources.workers else None  # --workers: agent/cluster.py
+        scheduler = self._start_scheduler() if self.spec.resources.workers else None  # --workers: agent/scaleout.py
         if self.spec.resources.workers and scheduler is None:
             return self.commit_terminal(State.FAILED, "the Dask scheduler for --workers did not start")
         job = RunnerJob(
@@ -326,9 +328,9 @@ class Agent:
         reads, self.control.fd = pipes.in_controller()
         return pid, reads
 
-    def _start_scheduler(self) -> cluster.Scheduler | None:
+    def _start_scheduler(self) -> scaleout.Scheduler | None:
         try:
-            scheduler = cluster.start_scheduler(
+            scheduler = scaleout.start_scheduler(
                 self.folder, self.spec, self.attempt, attempt_tag(self.spec.job_id, self.attempt)
             )
         except Exception as exc:
@@ -427,14 +429,14 @@ def main(argv: list[str]) -> int:
     except (NotFound, signing.SignatureError) as exc:
         print(f"nbburst agent: cannot run job {job_id}: {exc}", file=sys.stderr)
         return 3
-    from .gce import end_machine
+    from ..machine.gce import end_machine
 
     if store.exists(layout.terminal):
         end_machine()
         return 0
     if worker is not None:
-        cluster.serve_worker(JobFolder(store, layout, ident.key), spec, ident.machine)
-        from .envsync import settle
+        scaleout.serve_worker(JobFolder(store, layout, ident.key), spec, ident.machine)
+        from ..machine.envsync import settle
 
         settle()  # an environment it built at boot is stored before the VM goes
         end_machine()
@@ -449,7 +451,7 @@ def main(argv: list[str]) -> int:
         state = agent.commit_terminal(State.FAILED, str(exc))
     agent.reap()
     if state.terminal:
-        from .envsync import settle
+        from ..machine.envsync import settle
 
         settle()  # an environment built at boot is stored before the VM goes
         end_machine()  # a Compute Engine VM deletes itself (or powers off); nothing to do locally
