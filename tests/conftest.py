@@ -54,3 +54,36 @@ def package_index(tmp_path_factory):
         yield index
     finally:
         index.stop()
+
+
+@pytest.fixture
+def make_gcs_store(gcs_emulator, gcs_bucket, monkeypatch):
+    """A factory of GCSStores on the GCS emulator, all below this test's fresh bucket: ``name`` -> a root."""
+    for name, value in gcs_emulator.env().items():
+        monkeypatch.setenv(name, value)
+    from nbburst.store.gcs import GCSStore
+
+    return lambda name="root", **kw: GCSStore(f"gs://{gcs_bucket}/{name}", **kw)
+
+
+@pytest.fixture
+def gcs_enforcing(gcs_emulator) -> None:
+    """Skip create-only tests on an emulator that would let them pass without enforcing anything."""
+    if not gcs_emulator.enforces_preconditions:
+        pytest.skip("this GCS emulator ignores generation preconditions")
+
+
+@pytest.fixture
+def gcs_single_request_uploads(monkeypatch) -> list[int]:
+    """Sizes of the objects GCSStore sent in one request (not through a resumable session)."""
+    from google.cloud.storage import Blob
+
+    sizes: list[int] = []
+    real = Blob.upload_from_string
+
+    def spy(self: Blob, payload: bytes, *args: object, **kwargs: object) -> None:
+        sizes.append(len(payload))
+        return real(self, payload, *args, **kwargs)
+
+    monkeypatch.setattr(Blob, "upload_from_string", spy)
+    return sizes
