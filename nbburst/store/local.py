@@ -68,8 +68,7 @@ class LocalStore(Store):
         return self.root / key
 
     def _write_temp(self, target: Path, chunks: Iterable[bytes | memoryview]) -> Path:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        fd, tmp = _temp_beside(target)
         try:
             with os.fdopen(fd, "wb") as f:
                 for chunk in chunks:
@@ -136,20 +135,20 @@ class LocalStore(Store):
         """With ``adopt``, the file itself gets a second name when it is on the Store's file system (no copy),
         else a copy."""
         target = self._path(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-        os.close(fd)
+        fd, tmp = _temp_beside(target)
+        os.close(fd)  # the empty file stays until it is replaced: its folder is never empty meanwhile
         try:
-            os.unlink(tmp)
             try:
                 if not adopt:
                     raise OSError
-                os.link(path, tmp)
+                os.link(path, tmp + "-adopted")
+                os.replace(tmp + "-adopted", tmp)
             except OSError:  # not adopted, another file system, or one without hard links
                 shutil.copyfile(path, tmp)  # sendfile: the kernel copies, not Python
         except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+            for name in (tmp, tmp + "-adopted"):
+                if os.path.exists(name):
+                    os.unlink(name)
             raise
         self._commit(key, Path(tmp), target, create)
 
@@ -249,7 +248,9 @@ class LocalStore(Store):
             self.run_io(path.unlink)
         except FileNotFoundError:
             return
-        # Drop folders left empty, so listing stays cheap.
+        # Drop folders left empty, so listing stays cheap. A writer that made one of them and is about to
+        # write into it finds it gone and makes it again (:func:`_temp_beside`); once its temporary file is
+        # there the folder is not empty, and rmdir leaves it.
         parent = path.parent
         while parent != self.root:
             try:
@@ -257,6 +258,21 @@ class LocalStore(Store):
             except OSError:
                 break
             parent = parent.parent
+
+
+def _temp_beside(target: Path) -> tuple[int, str]:
+    """A new temporary file (descriptor, path) in ``target``'s folder, made with the folder if need be.
+
+    Another writer's :meth:`LocalStore.delete` removes folders it leaves empty, so the folder can vanish
+    between our mkdir and the temporary file's creation: make it again then. Each round either creates
+    the file or finds the folder removed by a delete that has moved on, so the loop ends.
+    """
+    while True:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            return tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        except (FileNotFoundError, FileExistsError):  # a folder on the way was removed under us (mkdir says
+            continue  # EEXIST when the folder it found was gone by the time it checked it is one)
 
 
 def _raise_transient(error: OSError) -> None:
