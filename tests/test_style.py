@@ -1,5 +1,6 @@
-"""One style, checked by the test command: ruff (lint and format) for Python, prettier for the
-JupyterLab extension. Nobody argues about style; a run that would change a file fails."""
+"""One style, checked by the test command: ruff (lint and format) for Python, prettier (layout) and eslint
+(rules, labextension/eslint.config.mjs) for the JupyterLab extension. Nobody argues about style; a run that
+would change a file, or that finds a problem, fails."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PRETTIER = REPO / "labextension" / "node_modules" / ".bin" / "prettier"
+EXTENSION = REPO / "labextension"
+PRETTIER = EXTENSION / "node_modules" / ".bin" / "prettier"
+ESLINT = EXTENSION / "node_modules" / ".bin" / "eslint"
 
 
 def run(*cmd: str | Path, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
@@ -28,5 +31,11 @@ def test_ruff_format_changes_nothing():
 def test_prettier_changes_nothing_in_the_extension():
     # Installed with the extension's dev dependencies (`npm install`, which the package build runs).
     assert PRETTIER.exists(), "prettier is missing: run `npm install` in labextension/"
-    proc = run(PRETTIER, "--check", ".", cwd=REPO / "labextension")
+    proc = run(PRETTIER, "--check", ".", cwd=EXTENSION)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_eslint_finds_nothing_in_the_extension():
+    assert ESLINT.exists(), "eslint is missing: run `npm install` in labextension/"
+    proc = run(ESLINT, "--max-warnings", "0", ".", cwd=EXTENSION)
     assert proc.returncode == 0, proc.stdout + proc.stderr

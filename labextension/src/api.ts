@@ -1,7 +1,14 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { IJobDetail, IJobInfo, ILogChunk, ISessionInfo } from './format';
+import {
+  ICancelAnswer,
+  IConfigValues,
+  IJobDetail,
+  IJobInfo,
+  ILogChunk,
+  ISessionInfo
+} from './wire';
 
 /** The REST API root, relative to the server base URL. */
 export const API_ROOT = 'nbburst/api';
@@ -18,7 +25,7 @@ export class BurstApiError extends Error {
 }
 
 /**
- * The client of the nbburst server extension.
+ * The client of the nbburst server extension (its routes: docs/rest-api.md).
  *
  * Every request goes through `ServerConnection.makeRequest`, which adds the
  * Jupyter token and XSRF header. Failures become `BurstApiError`s whose
@@ -58,7 +65,7 @@ export class BurstApi {
   }
 
   /** Cancel a job. */
-  cancelJob(id: string): Promise<{ id: string; state: string }> {
+  cancelJob(id: string): Promise<ICancelAnswer> {
     return this.request(`jobs/${encodeURIComponent(id)}`, {
       method: 'DELETE'
     });
@@ -76,14 +83,12 @@ export class BurstApi {
   }
 
   /** The effective configuration and where each value comes from. */
-  getConfig(): Promise<{
-    values: { [key: string]: { value: unknown; source: string } };
-  }> {
+  getConfig(): Promise<IConfigValues> {
     return this.request('config');
   }
 
   /** Make a request to the API and decode its JSON answer. */
-  async request<T = any>(path: string, init: RequestInit = {}): Promise<T> {
+  async request<T>(path: string, init: RequestInit = {}): Promise<T> {
     const url = URLExt.join(this.serverSettings.baseUrl, API_ROOT, path);
     let response: Response;
     try {
@@ -92,7 +97,7 @@ export class BurstApi {
       throw new BurstApiError(`Cannot reach the Jupyter server: ${errorMessage(error)}`);
     }
     const text = await response.text();
-    let data: any = null;
+    let data: unknown = null;
     if (text) {
       try {
         data = JSON.parse(text);
@@ -128,9 +133,9 @@ export function errorMessage(error: unknown): string {
   }
 }
 
-function describeFailure(response: Response, data: any): string {
-  const serverMessage =
-    data && typeof data.message === 'string' && data.message ? data.message : '';
+function describeFailure(response: Response, data: unknown): string {
+  const message = (data as { message?: unknown } | null)?.message;
+  const serverMessage = typeof message === 'string' ? message : '';
   const status = `${response.status}${response.statusText ? ' ' + response.statusText : ''}`;
   if (response.status === 404 && !serverMessage) {
     return (

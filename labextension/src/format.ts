@@ -2,104 +2,14 @@
  * Pure formatting helpers for the nbburst panel.
  *
  * This module must not import anything from JupyterLab or the DOM so that it
- * can be unit-tested with plain node (see test/format.test.js).
+ * can be unit-tested with plain node (see test/format.test.js). What it formats
+ * is the server's answers (wire.ts, specified in docs/rest-api.md).
  */
 
-/** The states a job goes through (see DESIGN.md, "Job states"). */
-export type JobState =
-  'SUBMITTED' | 'PROVISIONING' | 'RUNNING' | 'PREEMPTED' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED';
+import { IJobInfo, IProgressInfo, ISessionInfo, IWorkersInfo } from './wire';
 
-/** States that never change again. */
+/** States that never change again (docs/architecture.md, "Job states"). */
 export const TERMINAL_STATES: ReadonlyArray<string> = ['SUCCEEDED', 'FAILED', 'CANCELLED'];
-
-/** The machine a job runs on, as reported by the REST API. */
-export interface IMachineInfo {
-  type: string;
-  cores: number;
-  memory_gb: number;
-  gpu: string | null;
-  spot: boolean;
-  zone: string | null;
-}
-
-/** Progress reported by the job with `nbburst.progress` (`done` is null once a loop ended). */
-export interface IProgressInfo {
-  done: number | null;
-  total: number | null;
-  desc: string;
-}
-
-/** One job, as listed by `GET /nbburst/api/jobs`. */
-export interface IJobInfo {
-  id: string;
-  name: string;
-  state: JobState | string;
-  attempt: number;
-  backend: 'local' | 'gce' | string;
-  machine: IMachineInfo | null;
-  created: number;
-  started: number | null;
-  ended: number | null;
-  elapsed_s: number;
-  cost_usd: number;
-  cost_per_hour_usd: number;
-  progress: IProgressInfo | null;
-  /** Spend against `--budget`, when the job has one. */
-  budget?: IBudgetInfo | null;
-  /** A `--workers` job's worker machines. */
-  workers?: IWorkersInfo | null;
-  message: string;
-}
-
-/** A `--workers` job's worker machines (`Job.info()["workers"]`). */
-export interface IWorkersInfo {
-  count: number;
-  /** How many workers are in each machine state. */
-  states: { [state: string]: number };
-  /** Their share of the job's cost. */
-  cost_usd: number;
-  /** The Dask dashboard's direct address, once the scheduler runs. */
-  dashboard: string | null;
-}
-
-/** A job's dollar cap and what its machines have cost so far (`Job.info()["budget"]`). */
-export interface IBudgetInfo {
-  usd: number;
-  spent: number;
-  left: number;
-  share: number;
-}
-
-/** One attempt of a job (a job is relaunched after a preemption). */
-export interface IAttemptInfo {
-  attempt: number;
-  state: string;
-  started: number | null;
-  machine: string;
-}
-
-/** One job with its attempts, as returned by `GET /nbburst/api/jobs/{id}`. */
-export interface IJobDetail extends IJobInfo {
-  attempts?: IAttemptInfo[];
-}
-
-/** A warm session, as listed by `GET /nbburst/api/sessions` (`Session.info()`). */
-export interface ISessionInfo {
-  name: string;
-  /** `RUNNING` while its machine is up, `ENDED` once it ended itself (idle), `STOPPED` once stopped. */
-  state: string;
-  backend: string;
-  machine: string;
-  cores: number;
-  cells: number;
-  running: number;
-  started: number;
-  idle_s: number;
-  /** When the session ends at the latest (epoch seconds). */
-  until: number;
-  cost_per_hour_usd: number;
-  cost_usd: number;
-}
 
 /** A session's second line: `local · 2 cores · 3 cells (1 running)`. */
 export function sessionSummary(s: ISessionInfo): string {
@@ -112,16 +22,6 @@ export function sessionSummary(s: ISessionInfo): string {
 /** The time a session has left before its hard limit, from `now` (epoch seconds). */
 export function sessionTimeLeft(s: ISessionInfo, now: number = Date.now() / 1000): string {
   return `${formatElapsed(Math.max(0, s.until - now))} left`;
-}
-
-/** A slice of a job log, as returned by `GET /nbburst/api/jobs/{id}/logs`. */
-export interface ILogChunk {
-  attempt: number;
-  attempts: number[];
-  offset: number;
-  next_offset: number;
-  text: string;
-  complete: boolean;
 }
 
 /** Whether a state is terminal (the job will not change again). */

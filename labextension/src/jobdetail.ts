@@ -1,21 +1,18 @@
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { URLExt } from '@jupyterlab/coreutils';
 import { caretLeftIcon } from '@jupyterlab/ui-components';
-import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
 import { BurstApi, errorMessage } from './api';
 import { h, setAttr, setHidden, setText } from './dom';
 import {
-  cleanLog,
   dashboardPath,
   formatSpend,
   formatElapsed,
   formatRate,
   formatFullTime,
   formatTime,
-  IJobDetail,
   isTerminal,
   machineDetail,
   progressFraction,
@@ -24,21 +21,17 @@ import {
   stateLabel,
   workersSummary
 } from './format';
-import { LIST_INTERVAL, MAX_INTERVAL } from './model';
-
-/** The most log text kept in the view (characters); older text is dropped. */
-export const LOG_LIMIT = 2_000_000;
-
-/** At most this many log requests per poll tick, to catch up on a long log. */
-const LOG_PAGES_PER_TICK = 8;
+import { LogChange, LogFollower } from './logfollower';
+import { VisiblePoll } from './visiblepoll';
+import { IJobDetail } from './wire';
 
 /**
  * The detail view of one job: state, machine, cost and attempts, a live tail
  * of its log with an attempt selector, and a Cancel button.
  *
- * A `Poll` refreshes the job and tails its log every 2 s while the view is
- * visible; it goes to standby when hidden and once the job is finished and
- * its log complete.
+ * A `VisiblePoll` refreshes the job and tails its log (a `LogFollower`) every
+ * 2 s while the view is visible; it goes to standby when hidden and once the
+ * job is finished and its log complete.
  */
 export class JobDetailView extends Widget {
   constructor(api: BurstApi) {
@@ -96,7 +89,7 @@ export class JobDetailView extends Widget {
       this._attemptSelect
     );
     this._logStatus = h('span', { className: 'nbburst-log-status' });
-    this._log = h('pre', {
+    this._logNode = h('pre', {
       className: 'nbburst-log',
       tabindex: 0,
       'aria-label': 'Job log',
@@ -130,7 +123,7 @@ export class JobDetailView extends Widget {
         h('span', { className: 'nbburst-spacer' }),
         this._logStatus
       ),
-      this._log
+      this._logNode
     );
 
     this._back.addEventListener('click', () => this._closed.emit());
@@ -152,11 +145,10 @@ export class JobDetailView extends Widget {
       }
     });
 
-    this._poll = new Poll({
+    this._poll = new VisiblePoll({
       name: 'nbburst:job',
-      factory: () => this._tick(),
-      frequency: { interval: LIST_INTERVAL, backoff: true, max: MAX_INTERVAL },
-      standby: () => (!this._jobId || !this._visible || this._finished ? true : 'when-hidden')
+      fetch: () => this._tick(),
+      due: () => !!this._jobId && !this._finished
     });
   }
 
@@ -190,16 +182,10 @@ export class JobDetailView extends Widget {
 
   /** Whether the view is on screen; the poll pauses when it is not. */
   get visible(): boolean {
-    return this._visible;
+    return this._poll.visible;
   }
   set visible(value: boolean) {
-    if (value === this._visible) {
-      return;
-    }
-    this._visible = value;
-    if (value && this._jobId) {
-      void this._poll.refresh();
-    }
+    this._poll.visible = value;
   }
 
   /** Show a job (and start tailing its log). */
@@ -208,11 +194,9 @@ export class JobDetailView extends Widget {
     this._jobId = id;
     this._job = null;
     this._finished = false;
-    this._followLatest = true;
-    this._attempts = [];
     this._cancelling = false;
     this._error.hidden = true;
-    this._resetLog(null);
+    this._log.clear();
     setText(this._name, id);
     this._render();
     void this._poll.refresh();
@@ -223,24 +207,22 @@ export class JobDetailView extends Widget {
     this._generation++;
     this._jobId = null;
     this._job = null;
+    this._log.clear();
   }
 
   /** Show the log of one attempt (the latest one is followed automatically). */
   selectAttempt(attempt: number): void {
-    const latest = Math.max(attempt, ...this._attempts);
-    this._followLatest = attempt >= latest;
-    if (attempt !== this._logAttempt) {
+    if (this._log.select(attempt)) {
       this._generation++;
-      this._resetLog(attempt);
       this._finished = false;
       void this._poll.refresh();
     }
   }
 
   /** Fetch now. */
-  async refresh(): Promise<void> {
+  refresh(): Promise<void> {
     this._finished = false;
-    await this._poll.refresh();
+    return this._poll.refresh();
   }
 
   dispose(): void {
@@ -263,25 +245,17 @@ export class JobDetailView extends Widget {
         return;
       }
       this._job = job;
-      this._mergeAttempts(
-        (job.attempts ?? []).map(a => a.attempt),
-        job.attempt || 1
+      this._log.jobSeen(
+        job.attempt || 1,
+        (job.attempts ?? []).map(a => a.attempt)
       );
-      // Follow a relaunch: show the new attempt's log.
-      if (
-        this._followLatest &&
-        this._logAttempt !== null &&
-        (job.attempt || 1) > this._logAttempt
-      ) {
-        this._resetLog(job.attempt || 1);
-      }
       this._render();
-      await this._tailLog(id, generation);
+      await this._log.follow((attempt, offset) => this.api.getLogs(id, { attempt, offset }));
       if (generation !== this._generation) {
         return;
       }
       this._setError(null);
-      this._finished = isTerminal(job.state) && this._logComplete;
+      this._finished = isTerminal(job.state) && this._log.complete;
       this._render();
     } catch (error) {
       if (generation === this._generation) {
@@ -291,108 +265,31 @@ export class JobDetailView extends Widget {
     }
   }
 
-  private async _tailLog(id: string, generation: number): Promise<void> {
-    for (let page = 0; page < LOG_PAGES_PER_TICK; page++) {
-      if (this._logComplete) {
-        return;
+  /** Show a change of the log, keeping the end in view if it was. */
+  private _showLog(change: LogChange): void {
+    const pre = this._logNode;
+    if (change.kind === 'reset') {
+      pre.textContent = '';
+    } else if (change.kind === 'append' || change.kind === 'replace') {
+      const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 24;
+      if (change.kind === 'append') {
+        pre.appendChild(document.createTextNode(change.text));
+      } else {
+        pre.textContent = this._log.text;
       }
-      const chunk = await this.api.getLogs(id, {
-        attempt: this._logAttempt,
-        offset: this._logOffset
-      });
-      if (generation !== this._generation) {
-        return;
-      }
-      if (this._logAttempt === null) {
-        this._logAttempt = chunk.attempt;
-      } else if (chunk.attempt !== this._logAttempt) {
-        // The server answered for another attempt: start over with it.
-        this._resetLog(chunk.attempt);
-        this._logAttempt = chunk.attempt;
-      }
-      this._mergeAttempts(chunk.attempts ?? [], chunk.attempt);
-      const text = chunk.text ?? '';
-      if (chunk.offset !== this._logOffset && chunk.offset === 0) {
-        // The server restarted from the beginning: replace the text.
-        this._logRaw = '';
-      }
-      this._appendLog(text, chunk.offset !== this._logOffset);
-      const next =
-        typeof chunk.next_offset === 'number' ? chunk.next_offset : this._logOffset + text.length;
-      const advanced = next > this._logOffset;
-      this._logOffset = next;
-      this._logComplete = !!chunk.complete;
-      this._renderLogStatus();
-      if (!advanced || !text) {
-        return;
+      if (atBottom) {
+        pre.scrollTop = pre.scrollHeight;
       }
     }
-  }
-
-  private _mergeAttempts(attempts: number[], current: number): void {
-    const all = new Set<number>(this._attempts);
-    for (const a of attempts) {
-      if (a > 0) {
-        all.add(a);
-      }
-    }
-    for (let a = 1; a <= current; a++) {
-      all.add(a);
-    }
-    this._attempts = Array.from(all).sort((a, b) => a - b);
-  }
-
-  private _resetLog(attempt: number | null): void {
-    this._logAttempt = attempt;
-    this._logOffset = 0;
-    this._logComplete = false;
-    this._logRaw = '';
-    this._logTrimmed = false;
-    this._log.textContent = '';
     this._renderLogStatus();
   }
 
-  private _appendLog(text: string, replace: boolean): void {
-    if (!text && !replace) {
-      return;
-    }
-    const pre = this._log;
-    const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 24;
-    const lastLine = this._logRaw.slice(this._logRaw.lastIndexOf('\n') + 1);
-    const special = /[\r\x1b]/; // eslint-disable-line no-control-regex
-    this._logRaw += text;
-    if (this._logRaw.length > LOG_LIMIT) {
-      const cut = this._logRaw.indexOf('\n', this._logRaw.length - LOG_LIMIT);
-      this._logRaw = this._logRaw.slice(cut === -1 ? this._logRaw.length - LOG_LIMIT : cut + 1);
-      this._logTrimmed = true;
-      replace = true;
-    }
-    if (replace || special.test(text) || special.test(lastLine)) {
-      const prefix = this._logTrimmed ? '[… earlier output not shown …]\n' : '';
-      pre.textContent = prefix + cleanLog(this._logRaw);
-    } else {
-      pre.appendChild(document.createTextNode(text));
-    }
-    if (atBottom) {
-      pre.scrollTop = pre.scrollHeight;
-    }
-  }
-
   private _renderLogStatus(): void {
-    let status = '';
-    if (this._logAttempt !== null || this._logOffset > 0) {
-      if (this._logComplete) {
-        status = 'complete';
-      } else if (this._job && isTerminal(this._job.state)) {
-        status = 'finishing…';
-      } else {
-        status = 'live';
-      }
-    }
+    const status = this._log.status(!!this._job && isTerminal(this._job.state));
     setText(this._logStatus, status);
     this._logStatus.classList.toggle('nbburst-mod-live', status === 'live');
-    if (!this._logRaw && this._logAttempt !== null && this._logComplete) {
-      setText(this._log, '(no output)');
+    if (this._log.empty) {
+      setText(this._logNode, '(no output)');
     }
   }
 
@@ -498,10 +395,10 @@ export class JobDetailView extends Widget {
   }
 
   private _renderAttempts(): void {
-    const attempts = this._attempts;
+    const attempts = this._log.attempts;
     setHidden(this._attemptLabel, attempts.length <= 1);
     const info = new Map((this._job?.attempts ?? []).map(a => [a.attempt, a] as const));
-    const latest = attempts.length ? attempts[attempts.length - 1] : 1;
+    const latest = this._log.latest;
     const labels = attempts.map(a => {
       const i = info.get(a);
       const state = i?.state ? ` · ${stateLabel(i.state)}` : '';
@@ -515,7 +412,7 @@ export class JobDetailView extends Widget {
         this._attemptSelect.appendChild(h('option', { value: String(a) }, labels[i]));
       });
     }
-    const selected = String(this._logAttempt ?? latest);
+    const selected = String(this._log.attempt ?? latest);
     if (this._attemptSelect.value !== selected) {
       this._attemptSelect.value = selected;
     }
@@ -560,7 +457,8 @@ export class JobDetailView extends Widget {
     }
   }
 
-  private _poll: Poll;
+  private _poll: VisiblePoll;
+  private _log = new LogFollower(change => this._showLog(change));
   private _closed = new Signal<this, void>(this);
   private _cancelled = new Signal<this, string>(this);
   private _cellRequested = new Signal<this, string>(this);
@@ -568,11 +466,8 @@ export class JobDetailView extends Widget {
   private _generation = 0;
   private _jobId: string | null = null;
   private _job: IJobDetail | null = null;
-  private _visible = false;
   private _finished = false;
   private _cancelling = false;
-  private _followLatest = true;
-  private _attempts: number[] = [];
   private _attemptsKey = '';
   private _fieldsKey = '';
   private _dashboard = h(
@@ -586,11 +481,6 @@ export class JobDetailView extends Widget {
     },
     'Dask dashboard'
   );
-  private _logAttempt: number | null = null;
-  private _logOffset = 0;
-  private _logComplete = false;
-  private _logRaw = '';
-  private _logTrimmed = false;
 
   private _back: HTMLButtonElement;
   private _cancel: HTMLButtonElement;
@@ -604,5 +494,5 @@ export class JobDetailView extends Widget {
   private _attemptLabel: HTMLLabelElement;
   private _attemptSelect: HTMLSelectElement;
   private _logStatus: HTMLSpanElement;
-  private _log: HTMLPreElement;
+  private _logNode: HTMLPreElement;
 }

@@ -6,7 +6,6 @@ import { h, setAttr, setHidden, setText, syncRows } from './dom';
 import {
   formatSpend,
   formatElapsed,
-  IJobInfo,
   isTerminal,
   machineSummary,
   progressFraction,
@@ -15,6 +14,7 @@ import {
   stateLabel
 } from './format';
 import { JobFilter, JobsModel } from './model';
+import { IJobInfo } from './wire';
 
 /** The elements of one row, kept to update it in place. */
 interface IRow {

@@ -1,24 +1,19 @@
-import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { BurstApi, errorMessage } from './api';
-import { IJobInfo, isActive } from './format';
-
-/** How often the list is refreshed while the sidebar is visible (ms). */
-export const LIST_INTERVAL = 2000;
+import { isActive } from './format';
+import { VisiblePoll } from './visiblepoll';
+import { IJobInfo } from './wire';
 
 /** How often the running jobs are refreshed for the status bar only (ms). */
 export const BACKGROUND_INTERVAL = 15000;
-
-/** The longest wait between two polls after errors (ms). */
-export const MAX_INTERVAL = 60000;
 
 export type JobFilter = 'running' | 'all';
 
 /**
  * The list of jobs, shared by the sidebar and the status-bar item.
  *
- * One `Poll` fetches it: every 2 s while the list is on screen, every 15 s
+ * One `VisiblePoll` fetches it: every 2 s while the list is on screen, every 15 s
  * when only the status bar needs it (sidebar collapsed or showing one job), never while the browser tab is hidden or
  * nobody needs it. Errors back off (up to a minute) and are kept in `error`
  * for the views to show; they are never thrown to the caller.
@@ -26,20 +21,10 @@ export type JobFilter = 'running' | 'all';
 export class JobsModel {
   constructor(api: BurstApi) {
     this.api = api;
-    this._poll = new Poll({
+    this._poll = new VisiblePoll({
       name: 'nbburst:jobs',
-      factory: () => this._tick(),
-      frequency: {
-        interval: LIST_INTERVAL,
-        backoff: true,
-        max: MAX_INTERVAL
-      },
-      standby: () => {
-        if (!this._listVisible && !this._backgroundNeeded) {
-          return true;
-        }
-        return 'when-hidden';
-      }
+      fetch: () => this._tick(),
+      offScreen: () => this._backgroundNeeded
     });
   }
 
@@ -86,16 +71,10 @@ export class JobsModel {
 
   /** Whether the job list is on screen; it is only polled fast then. */
   get listVisible(): boolean {
-    return this._listVisible;
+    return this._poll.visible;
   }
   set listVisible(value: boolean) {
-    if (value === this._listVisible) {
-      return;
-    }
-    this._listVisible = value;
-    if (value) {
-      void this.refresh();
-    }
+    this._poll.visible = value;
   }
 
   /** Whether something (the status bar) needs the running jobs in the background. */
@@ -111,12 +90,8 @@ export class JobsModel {
   }
 
   /** Fetch now. */
-  async refresh(): Promise<void> {
-    if (this._poll.isDisposed) {
-      return;
-    }
-    await this._poll.refresh();
-    await this._poll.tick;
+  refresh(): Promise<void> {
+    return this._poll.refresh();
   }
 
   dispose(): void {
@@ -129,10 +104,10 @@ export class JobsModel {
 
   private async _tick(): Promise<void> {
     const now = Date.now();
-    if (!this._listVisible && this._lastFetch && now - this._lastFetch < BACKGROUND_INTERVAL) {
+    if (!this.listVisible && this._lastFetch && now - this._lastFetch < BACKGROUND_INTERVAL) {
       return;
     }
-    const filter: JobFilter = this._listVisible ? this._filter : 'running';
+    const filter: JobFilter = this.listVisible ? this._filter : 'running';
     this._lastFetch = now;
     try {
       const jobs = await this.api.listJobs(filter);
@@ -151,14 +126,13 @@ export class JobsModel {
     this._changed.emit();
   }
 
-  private _poll: Poll;
+  private _poll: VisiblePoll;
   private _changed = new Signal<this, void>(this);
   private _jobs: IJobInfo[] = [];
   private _running: IJobInfo[] = [];
   private _error: string | null = null;
   private _loaded = false;
   private _filter: JobFilter = 'all';
-  private _listVisible = false;
   private _backgroundNeeded = false;
   private _lastFetch = 0;
 }

@@ -62,7 +62,10 @@ interface INotebookLike {
 interface ICellLike {
   node: HTMLElement;
   model: {
-    outputs?: { length: number; get(index: number): { metadata?: { [key: string]: any } } };
+    outputs?: {
+      length: number;
+      get(index: number): { metadata?: { [METADATA_KEY]?: { job?: unknown } } };
+    };
     executionState?: string;
   };
 }

@@ -1,18 +1,11 @@
 import { Dialog, showDialog } from '@jupyterlab/apputils';
-import { Poll } from '@lumino/polling';
 import { Widget } from '@lumino/widgets';
 
 import { BurstApi, errorMessage } from './api';
 import { h, setAttr, setHidden, setText, syncRows } from './dom';
-import {
-  formatCost,
-  ISessionInfo,
-  sessionSummary,
-  sessionTimeLeft,
-  stateClass,
-  stateLabel
-} from './format';
-import { LIST_INTERVAL, MAX_INTERVAL } from './model';
+import { formatCost, sessionSummary, sessionTimeLeft, stateClass, stateLabel } from './format';
+import { VisiblePoll } from './visiblepoll';
+import { ISessionInfo } from './wire';
 
 /** The elements of one session row, kept to update it in place. */
 interface IRow {
@@ -28,7 +21,7 @@ interface IRow {
 /**
  * The warm sessions, above the job list: name, state, backend, cores, cells,
  * time left and cost so far, and a Stop button for each. Hidden while there
- * are none. A `Poll` refreshes it every 2 s while it is on screen.
+ * are none. A `VisiblePoll` refreshes it every 2 s while it is on screen.
  */
 export class SessionsView extends Widget {
   constructor(api: BurstApi) {
@@ -47,12 +40,7 @@ export class SessionsView extends Widget {
       this._list
     );
     this._list.addEventListener('click', this._onListClick);
-    this._poll = new Poll({
-      name: 'nbburst:sessions',
-      factory: () => this._fetch(),
-      frequency: { interval: LIST_INTERVAL, backoff: true, max: MAX_INTERVAL },
-      standby: () => (this._visible ? 'when-hidden' : true)
-    });
+    this._poll = new VisiblePoll({ name: 'nbburst:sessions', fetch: () => this._fetch() });
     this.update();
   }
 
@@ -60,25 +48,15 @@ export class SessionsView extends Widget {
 
   /** Whether the view is on screen; the poll pauses when it is not. */
   get visible(): boolean {
-    return this._visible;
+    return this._poll.visible;
   }
   set visible(value: boolean) {
-    if (value === this._visible) {
-      return;
-    }
-    this._visible = value;
-    if (value) {
-      void this.refresh();
-    }
+    this._poll.visible = value;
   }
 
   /** Fetch now. */
-  async refresh(): Promise<void> {
-    if (this._poll.isDisposed) {
-      return;
-    }
-    await this._poll.refresh();
-    await this._poll.tick;
+  refresh(): Promise<void> {
+    return this._poll.refresh();
   }
 
   dispose(): void {
@@ -155,8 +133,7 @@ export class SessionsView extends Widget {
     }
   }
 
-  private _poll: Poll;
-  private _visible = false;
+  private _poll: VisiblePoll;
   private _sessions: ISessionInfo[] = [];
   private _problem: string | null = null;
   private _stopping = new Set<string>();

@@ -1,5 +1,5 @@
 // Unit tests of the pure helpers (no browser, no JupyterLab):
-//   npm test   (compiles src/format.ts to test-lib/ and runs node --test)
+//   npm test   (compiles the pure modules to test-lib/ and runs node --test on test/)
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const f = require('../test-lib/format.js');
