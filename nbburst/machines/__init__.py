@@ -6,11 +6,10 @@ client; a missing dependency is a :class:`UsageError` that says what to install.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-from ..errors import UsageError
 from ..protocol import backends
+from ..store import loader
 from .base import MachineInfo, Machines, Plan
 
 if TYPE_CHECKING:
@@ -22,13 +21,7 @@ __all__ = ["MachineInfo", "Machines", "Plan", "machines_class", "open_machines"]
 def machines_class(backend: str) -> type[Machines]:
     """The Machines adapter class of ``backend`` (imported now)."""
     entry = backends.get(backend)
-    module_name, _, class_name = entry.machines.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        hint = f"; install it with `{entry.install_hint}`" if entry.install_hint else ""
-        raise UsageError(f"the {backend} backend cannot be used here: {exc}{hint}") from exc
-    return getattr(module, class_name)
+    return loader.load(entry.machines, f"the {backend} backend cannot be used here", entry.install_hint)
 
 
 def open_machines(backend: str, settings: NBBurst) -> Machines:

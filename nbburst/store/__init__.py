@@ -1,21 +1,44 @@
-"""Stores, chosen by the root URL's scheme from one registry; each adapter imported on first use."""
+"""Stores, chosen by the root URL's scheme from one registry; each adapter imported on first use.
+
+The registry holds nbburst's own Stores. Others come from ``$NBBURST_STORES`` (``scheme=module:Class``
+entries separated by spaces), which the processes a process starts inherit: the agents of its local jobs and
+its background supervisor then open a job's URL with the same Store. That is how the tests' flaky folder
+(:mod:`nbburst.testing.faults`) reaches them without nbburst itself naming it.
+"""
 
 from __future__ import annotations
 
-import importlib
+import os
 from urllib.parse import urlsplit
 
 from ..errors import UsageError
+from . import loader
 from .base import AlreadyExists, NotFound, Store, StoreError
 
-__all__ = ["AlreadyExists", "NotFound", "Store", "StoreError", "open_store", "registry"]
+__all__ = ["ENV_STORES", "AlreadyExists", "NotFound", "Store", "StoreError", "open_store", "registry", "schemes"]
 
 #: URL scheme -> (``"module:Class"``, what to install when it cannot be imported). A plain path is ``file``.
 registry: dict[str, tuple[str, str]] = {
     "file": ("nbburst.store.local:LocalStore", ""),
     "gs": ("nbburst.store.gcs:GCSStore", "pip install google-cloud-storage"),
-    "flaky": ("nbburst.testing.faults:FlakyStore", ""),  # a folder that fails now and then (chaos tests)
 }
+
+#: Stores added for this process and the ones it starts: ``scheme=module:Class``, separated by spaces.
+ENV_STORES = "NBBURST_STORES"
+
+
+def schemes() -> dict[str, tuple[str, str]]:
+    """Every Store this process can open, by scheme: the registry's, then those ``$NBBURST_STORES`` adds."""
+    known = dict(registry)
+    for entry in os.environ.get(ENV_STORES, "").split():
+        scheme, _, target = entry.partition("=")
+        if not scheme or ":" not in target:
+            raise UsageError(
+                f"${ENV_STORES}: {entry!r} is not scheme=module:Class "
+                "(for example flaky=nbburst.testing.faults:FlakyStore); fix or unset it"
+            )
+        known.setdefault(scheme, (target, ""))
+    return known
 
 
 def scheme_of(url: str) -> str:
@@ -26,13 +49,8 @@ def scheme_of(url: str) -> str:
 
 def open_store(url: str) -> Store:
     """Open the Store rooted at ``url``: ``gs://bucket/prefix``, ``file://path`` or a path."""
-    scheme = scheme_of(url)
-    if scheme not in registry:
-        raise UsageError(f"no Store for {scheme}:// URLs ({url}); use one of: {', '.join(registry)} (or a path)")
-    target, hint = registry[scheme]
-    module_name, _, class_name = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UsageError(f"cannot open {url}: {exc}" + (f"; install it with `{hint}`" if hint else "")) from exc
-    return getattr(module, class_name)(url)
+    scheme, known = scheme_of(url), schemes()
+    if scheme not in known:
+        raise UsageError(f"no Store for {scheme}:// URLs ({url}); use one of: {', '.join(known)} (or a path)")
+    target, hint = known[scheme]
+    return loader.load(target, f"cannot open {url}", hint)(url)

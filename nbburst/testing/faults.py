@@ -5,10 +5,12 @@ operations fail with ``EIO`` on a share of their tries (``$NBBURST_FLAKY_RATE``,
 default 0.3), as a flaky disk or network file system does. The failures are
 injected where a real one would strike, below the store's own retry
 (:meth:`~nbburst.store.local.LocalStore.run_io`), so what is tested is that the
-retry absorbs them, not that callers happen to. The scheme is registered in
-:mod:`nbburst.store`, so the agents a job starts open the same flaky store from
-the job's URL. ``$NBBURST_FLAKY_LOG`` names a file that gets one line per
-injected failure, so a test or benchmark can count them across processes.
+retry absorbs them, not that callers happen to. nbburst itself does not know the
+scheme: a test or benchmark that wants it sets ``$NBBURST_STORES`` to :data:`STORES`
+(:data:`nbburst.store.ENV_STORES`), so that it, and the agents and supervisors it
+starts, open the same flaky store from a job's URL. ``$NBBURST_FLAKY_LOG`` names a
+file that gets one line per injected failure, so a test or benchmark can count
+them across processes.
 
 On Cloud Storage the same faults come from the emulator
 (:meth:`nbburst.testing.gcs.GCSEmulator.set_faults`): 503 answers that the
@@ -28,6 +30,8 @@ from ..store.local import LocalStore
 T = TypeVar("T")
 
 SCHEME = "flaky://"
+#: The ``$NBBURST_STORES`` entry that opens ``flaky://`` URLs with :class:`FlakyStore`.
+STORES = f"flaky={__name__}:FlakyStore"
 ENV_RATE = "NBBURST_FLAKY_RATE"
 ENV_LOG = "NBBURST_FLAKY_LOG"
 DEFAULT_RATE = 0.3
