@@ -1,13 +1,20 @@
-"""The folders are the layers (DESIGN.md "The layout"): no import runs upward, none crosses
-sideways, the agent shares only the protocol and the Store, and runtime imports form no circle.
+"""The folders are the layers (docs/architecture.md, "The layer rule"): no import runs upward, none
+crosses sideways, the agent shares only the protocol and the Store, and runtime imports form no circle.
 
 Imports are read from the source (module level and inside functions alike); imports made
-only for type checking (``if TYPE_CHECKING:``) do not run and are left out.
+only for type checking (``if TYPE_CHECKING:``) do not run and are left out. Two kinds of
+import do not say at once what they import, and are followed to it:
+
+* a ``"nbburst.x:Name"`` string, which a registry's loader imports on first use (the Stores,
+  the backends): it counts as an import of ``nbburst.x`` by the module that names it;
+* ``from nbburst import name`` of a name the root package imports on first use (its tables
+  of lazy names): it counts as an import of the module the name comes from.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -35,6 +42,8 @@ SIDE: dict[str, set[str]] = {
     "__main__": {"ui"},
 }
 OPEN_TO_ALL = {"errors"}
+#: A registry's entry: ``"nbburst.store.local:LocalStore"`` (what the loader imports, and the name in it).
+LOADED = re.compile(r"^(nbburst(?:\.\w+)+):(\w+)$")
 
 
 def part_of(module: str) -> str:
@@ -64,12 +73,44 @@ def _type_checking_only(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
     return False
 
 
-def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
-    """The nbburst modules ``module`` imports at run time."""
+def lazy_names(root: Path) -> dict[str, str]:
+    """The names the root package imports on first use, with the module each comes from.
+
+    Read from its tables of lazy names: module-level dicts whose values are all relative module
+    names (``{"submit": ".client.burst"}``)."""
+    found: dict[str, str] = {}
+    for node in ast.parse(root.read_text()).body:
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        if not isinstance(value, ast.Dict) or not value.keys:
+            continue
+        pairs = [
+            (k.value, v.value)
+            for k, v in zip(value.keys, value.values, strict=True)
+            if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)
+        ]
+        if len(pairs) == len(value.keys) and all(isinstance(v, str) and v.startswith(".") for _, v in pairs):
+            found.update({name: "nbburst" + origin for name, origin in pairs})
+    return found
+
+
+def loaded_by_name(tree: ast.AST, known: set[str]) -> set[str]:
+    """The modules named by ``"nbburst.x:Name"`` strings (registries' entries) in ``tree``."""
+    found = set()
+    for node in ast.walk(tree):
+        match = LOADED.match(node.value) if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+        if match:
+            origin, name = match.groups()
+            assert origin in known, f"{node.value!r} names no module of nbburst"
+            found.add(f"{origin}.{name}" if f"{origin}.{name}" in known else origin)
+    return found
+
+
+def imports_of(module: str, path: Path, known: set[str], lazy: dict[str, str]) -> set[str]:
+    """The nbburst modules ``module`` imports at run time (``lazy``: the root package's lazy names)."""
     tree = ast.parse(path.read_text())
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     is_package = path.name == "__init__.py"
-    found: set[str] = set()
+    found = loaded_by_name(tree, known)
     for node in ast.walk(tree):
         if not isinstance(node, (ast.Import, ast.ImportFrom)) or _type_checking_only(node, parents):
             continue
@@ -82,9 +123,19 @@ def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
                 origin = ".".join(base + ([node.module] if node.module else []))
             else:
                 origin = node.module or ""
-            targets = [f"{origin}.{a.name}" if f"{origin}.{a.name}" in known else origin for a in node.names]
+            targets = [target(origin, a.name, known, lazy) for a in node.names]
         found.update(t for t in targets if t == "nbburst" or t.startswith("nbburst."))
     return found - {module}
+
+
+def target(origin: str, name: str, known: set[str], lazy: dict[str, str]) -> str:
+    """The module ``from origin import name`` imports: a submodule, where a lazy name of the root comes
+    from, or ``origin`` itself."""
+    if f"{origin}.{name}" in known:
+        return f"{origin}.{name}"
+    if origin == "nbburst" and name in lazy:
+        return lazy[name]
+    return origin
 
 
 def allowed(importer: str, imported: str) -> bool:
@@ -103,7 +154,8 @@ def allowed(importer: str, imported: str) -> bool:
 @pytest.fixture(scope="module")
 def graph() -> dict[str, set[str]]:
     found = modules()
-    return {m: imports_of(m, p, set(found)) for m, p in found.items()}
+    lazy = lazy_names(PACKAGE / "__init__.py")
+    return {m: imports_of(m, p, set(found), lazy) for m, p in found.items()}
 
 
 def test_every_part_has_a_place():
@@ -121,6 +173,27 @@ def test_the_rule_catches_a_wrong_import():
     assert not allowed("nbburst.ui.view", "nbburst.server.manager")  # sideways
     assert not allowed("nbburst.agent.attempt.controller", "nbburst.config")  # the agent shares only protocol and Store
     assert allowed("nbburst.client.burst", "nbburst.machines.base")
+
+
+def test_registry_strings_and_lazy_names_are_followed(tmp_path):
+    known = set(modules())
+    root = tmp_path / "__init__.py"
+    root.write_text('__version__ = "1"\n_FUNCTIONS = {"submit": ".client.burst"}\nOTHER = {"a": "b"}\n')
+    lazy = lazy_names(root)
+    assert lazy == {"submit": "nbburst.client.burst"}
+    source = tmp_path / "m.py"
+    source.write_text(
+        'from nbburst import __version__, submit\nSTORES = {"flaky": "nbburst.testing.faults:FlakyStore"}\n'
+    )
+    found = imports_of("nbburst.store.m", source, known, lazy)
+    assert found == {"nbburst", "nbburst.client.burst", "nbburst.testing.faults"}
+    assert [t for t in sorted(found) if not allowed("nbburst.store.m", t)] == [
+        "nbburst.client.burst",
+        "nbburst.testing.faults",
+    ]
+    # The package's own tables name modules that exist.
+    real = lazy_names(PACKAGE / "__init__.py")
+    assert real and set(real.values()) <= known, real
 
 
 def test_no_import_circles(graph):

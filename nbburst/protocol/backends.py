@@ -5,7 +5,8 @@ Like fsspec's ``known_implementations``, each entry names its Machines adapter a
 (:func:`nbburst.machines.open_machines`), with the install hint shown if that import
 fails. The table sits in the protocol because a job records its backend's name and both
 sides (options, config, pricing, tables, the agent) must agree on what names exist and
-what they mean, without importing any adapter.
+what they mean, without importing any adapter. nbburst's own backends name no adapter here:
+theirs sit a layer above, in :data:`nbburst.machines.ADAPTERS`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ class Backend:
     """What nbburst knows about a backend before importing it."""
 
     name: str
-    #: The Machines adapter, ``"module:Class"``.
+    #: The Machines adapter, ``"module:Class"``; empty for nbburst's own (:data:`nbburst.machines.ADAPTERS`).
     machines: str
     #: What to install when the adapter cannot be imported.
     install_hint: str
@@ -41,7 +42,7 @@ def register(backend: Backend) -> None:
 register(
     Backend(
         name="local",
-        machines="nbburst.machines.local:LocalMachines",
+        machines="",
         install_hint="",
         remote=False,
         summary="processes on this machine (no cloud account)",
@@ -50,7 +51,7 @@ register(
 register(
     Backend(
         name="gce",
-        machines="nbburst.machines.gce:GCEMachines",
+        machines="",
         install_hint="pip install google-cloud-compute google-cloud-storage",
         remote=True,
         summary="spot VMs on Google Compute Engine",
