@@ -12,37 +12,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from .client.burst import Job
-
-
-def submit(
-    fn: Any,
-    *args: Any,
-    backend: str | None = None,
-    cores: int | None = None,
-    memory: float | None = None,
-    timeout: str | float | None = None,
-    name: str | None = None,
-    resume: str | None = None,
-    budget: str | float | None = None,
-    **kwargs: Any,
-) -> Job:
-    """Run ``fn(*args, **kwargs)`` on a machine and return a :class:`~nbburst.client.Job`.
-
-    Options mirror ``%%burst`` (``resume=JOB``: begin with that job's latest checkpoints; ``budget=2.50``: a
-    dollar cap on its machines); anything else is passed to ``fn``.
-    """
-    from .client.burst import Burst
-
-    burst = Burst()
-    opts: dict[str, Any] = {"cores": cores, "memory": memory, "name": name, "resume": resume}
-    if budget is not None:
-        opts["budget"] = budget
-    if backend is not None:
-        opts["backend"] = backend
-    if timeout is not None:
-        opts["timeout"] = timeout
-    return burst.submit(fn, *args, options=burst.options(**opts), **kwargs)
+    from .client.burst import submit as submit
 
 
 def progress(done: float, total: float | None = None, desc: str = "") -> None:
@@ -53,16 +23,27 @@ def progress(done: float, total: float | None = None, desc: str = "") -> None:
 
 
 _LAZY = {"checkpoint": ".checkpoint", "state": ".protocol.state"}
+#: Functions users call as ``nbburst.<name>``, with the module that defines them. ``submit`` lives with the
+#: client, its keywords made from the declared cell options (nbburst/options.py), which this module leaves
+#: unimported until first use.
+_FUNCTIONS = {"submit": ".client.burst"}
 
 
 def __getattr__(name: str) -> Any:
-    """``nbburst.checkpoint`` (save/load/range/folder/on_preempt) and ``nbburst.state`` (register the
-    process state burst cells carry), imported on first use."""
-    if name in _LAZY:
-        import importlib
+    """``nbburst.submit``, ``nbburst.checkpoint`` (save/load/range/folder/on_preempt) and ``nbburst.state``
+    (register the process state burst cells carry), imported on first use."""
+    import importlib
 
+    if name in _LAZY:
         return importlib.import_module(_LAZY[name], __name__)
+    if name in _FUNCTIONS:
+        return vars(importlib.import_module(_FUNCTIONS[name], __name__))[name]
     raise AttributeError(f"module 'nbburst' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """What completion offers after ``nbburst.``: the names imported on first use too."""
+    return sorted({*globals(), *_LAZY, *_FUNCTIONS})
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -1,9 +1,12 @@
 """Options shared by the magic, the API and the CLI."""
 
+import re
+from pathlib import Path
+
 import pytest
 
 from nbburst.errors import UsageError
-from nbburst.options import Options, parse_gpu, parse_names
+from nbburst.options import API_OPTIONS, CELL_OPTIONS, REGENERATE, Options, parse_gpu, parse_names, reference
 from nbburst.protocol.durations import format_duration, parse_duration
 
 
@@ -48,3 +51,25 @@ def test_build_validates_every_option():
     with pytest.raises(UsageError, match="--max-restarts"):
         Options.build(max_restarts=-1)
     assert format_duration(3725) == "1h 02m"
+
+
+def test_each_front_end_is_made_from_the_one_declaration():
+    """The %%burst flags, nbburst.submit's keywords and the configured defaults all come from CELL_OPTIONS."""
+    import inspect
+
+    import nbburst
+    from nbburst import config
+    from nbburst.ui.magic import BurstMagics
+
+    usage = BurstMagics.burst.parser.format_usage()
+    assert re.findall(r"\[(--[a-z-]+)", usage) == [option.flag for option in CELL_OPTIONS]
+    keywords = inspect.signature(nbburst.submit).parameters.values()
+    assert [p.name for p in keywords if p.kind == p.KEYWORD_ONLY] == [option.name for option in API_OPTIONS]
+    assert {o.name for o in CELL_OPTIONS if o.configured} <= set(config.NBBurst.class_trait_names())
+    with pytest.raises(TypeError, match="no option cpus"):
+        Options.build(cpus=4)
+
+
+def test_the_options_reference_is_up_to_date():
+    doc = Path(__file__).resolve().parent.parent / "docs" / "options.md"
+    assert doc.exists() and doc.read_text() == reference(), f"docs/options.md is out of date; run `{REGENERATE}`"

@@ -23,7 +23,7 @@ from .. import __version__, config
 from ..errors import CaptureError, JobCancelled, JobFailed, JobNotFound, RemoteError, UsageError
 from ..machines import Machines, open_machines
 from ..machines.base import GONE, STOPPED, machine_name
-from ..options import Options, file_destination
+from ..options import CELL_OPTIONS, Options, api_keywords, file_destination, split_api_options
 from ..protocol import backends, budget, fence, payload, pricing, signing, transfer
 from ..protocol import state as process_state
 from ..protocol.env import manifest, manifest_json
@@ -90,14 +90,13 @@ class Burst:
             self._machines[backend] = open_machines(backend, self.settings)
         return self._machines[backend]
 
-    def options(self, **kwargs: Any) -> Options:
-        """Options with the configured defaults filled in."""
-        kwargs.setdefault("backend", self.settings.backend)
-        kwargs.setdefault("timeout", self.settings.timeout)
-        kwargs.setdefault("max_restarts", self.settings.max_restarts)
-        kwargs.setdefault("fallback_on_demand", self.settings.fallback_on_demand)
-        kwargs.setdefault("budget", self.settings.budget or None)
-        return Options.build(**kwargs)
+    def options(self, **given: Any) -> Options:
+        """Options with the configured defaults filled in: each option declared ``configured`` and not given
+        takes the setting of its name."""
+        for option in CELL_OPTIONS:
+            if option.configured:
+                given.setdefault(option.name, getattr(self.settings, option.name))
+        return Options.build(**given)
 
     # -- submission -------------------------------------------------------------
     def submit_cell(self, code: str, cap: Capture, options: Options) -> Job:
@@ -300,6 +299,19 @@ class Burst:
             for gone in known - set(ids):  # deleted meanwhile (nbburst gc)
                 del self._handles[(store.url, gone)]
         return [self.handle(store, job_id) for job_id in ids if job_id in known or store.exists(JobLayout(job_id).spec)]
+
+
+@api_keywords
+def submit(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Job:
+    """Run ``fn(*args, **kwargs)`` on a machine and return a :class:`Job` (``nbburst.submit``).
+
+    Keywords named like an option of ``nbburst.submit`` (docs/options.md: ``cores``, ``timeout``,
+    ``resume=JOB`` to begin with that job's latest checkpoints, ``budget=2.50`` for a dollar cap on its
+    machines...) configure the launch as the ``%%burst`` flags do; anything else is passed to ``fn``.
+    """
+    burst = Burst()
+    given, kwargs = split_api_options(kwargs)
+    return burst.submit(fn, *args, options=burst.options(**given), **kwargs)
 
 
 def _encode_all(

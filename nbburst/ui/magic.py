@@ -22,6 +22,7 @@ from ..client.capture import capture
 from ..client.cellcode import check_syntax
 from ..client.session import DEFAULT_IDLE, DEFAULT_NAME, DEFAULT_TIMEOUT
 from ..errors import UsageError
+from ..options import CELL_OPTIONS
 from ..protocol import backends
 from .records import compact, show_record
 from .sessions import SessionsTable
@@ -36,6 +37,17 @@ def _parse(func: Any, line: str) -> Any:
         raise UsageError(f"invalid options: {line!r}; see %%burst? for the options") from None
     except Exception as exc:  # argparse's UsageError from IPython names the option
         raise UsageError(str(exc)) from None
+
+
+def cell_options(func: Any) -> Any:
+    """A flag of ``%%burst`` for each declared cell option, in their order (nbburst/options.py).
+
+    As ipyparallel's ``exec_args`` gives ``%%px`` and ``%pxconfig`` one set of flags, the one declaration
+    also makes Options.build's checks, nbburst.submit's keywords and docs/options.md. A flag not given
+    reads as None (a switch as False) and is left out, so the configuration's default applies."""
+    for option in reversed(CELL_OPTIONS):  # decorators apply from the last: the first option ends on top
+        func = argument(option.flag, **option.argparse())(func)
+    return func
 
 
 class _LineParser(argparse.ArgumentParser):
@@ -69,59 +81,14 @@ class BurstMagics(Magics):
         return self._client
 
     @magic_arguments()
-    @argument("--cores", type=int, help="vCPUs of the machine (the cell sees exactly this many)")
-    @argument("--memory", type=float, help="minimum memory in GB")
-    @argument("--machine-type", help="Compute Engine machine type, e.g. n2-standard-64")
-    @argument("--gpu", help="GPU type and count, e.g. nvidia-l4 or nvidia-tesla-t4:2")
-    @argument("--on-demand", action="store_true", help="a standard VM instead of spot")
-    @argument("--zone", help="Compute Engine zone, or auto")
-    @argument("--image", help="VM image")
-    @argument("--image-family", help="VM image family")
-    @argument("--backend", choices=backends.names(), help="where to run (default from config)")
-    @argument("--name", help="a name for the job (usable wherever a job id is)")
-    @argument("--timeout", help="hard time limit: 90s, 30m, 2h (default 24h)")
-    @argument("--max-restarts", type=int, help="relaunches after preemption before failing (default 10)")
-    @argument("--fallback-on-demand", action="store_true", help="relaunch on a standard VM when spot capacity is out")
-    @argument("--detach", action="store_true", help="return a Job handle at once instead of waiting")
-    @argument("--out", help="comma-separated names to bring back (default: all assigned)")
-    @argument("--files", nargs="+", default=[], help="local files to place in the cell's working folder")
-    @argument("--workers", type=int, help="Dask workers for scale-out")
-    @argument("--resume", help="begin with the latest checkpoints of this job (id or name)")
-    @argument("--budget", help="dollar cap on what the job's machines may cost, relaunches included, e.g. 2.50")
-    @argument("--session", help="run on this warm session (default: the session started last, if any)")
+    @cell_options
     @cell_magic
     def burst(self, line: str, cell: str) -> Any:
         """Run this cell on a burst machine and bring its variables back."""
         __tracebackhide__ = True
         args = _parse(BurstMagics.burst, line)
-        opts = self.client.options(
-            **{
-                k: v
-                for k, v in {
-                    "backend": args.backend,
-                    "name": args.name,
-                    "cores": args.cores,
-                    "memory": args.memory,
-                    "machine_type": args.machine_type,
-                    "gpu": args.gpu,
-                    "on_demand": args.on_demand,
-                    "zone": args.zone,
-                    "image": args.image,
-                    "image_family": args.image_family,
-                    "timeout": args.timeout,
-                    "max_restarts": args.max_restarts,
-                    "fallback_on_demand": args.fallback_on_demand,
-                    "detach": args.detach,
-                    "out": args.out,
-                    "files": args.files,
-                    "workers": args.workers,
-                    "resume": args.resume,
-                    "budget": args.budget,
-                    "session": args.session,
-                }.items()
-                if v is not None and v is not False
-            }
-        )
+        given = {name: value for name, value in vars(args).items() if value is not None and value is not False}
+        opts = self.client.options(**given)
         code = self.shell.transform_cell(cell)
         check_syntax(code, f"Cell In[{self.shell.execution_count}]", first_line=2)  # the %%burst line is line 1
         cap = capture(code, self.shell.user_ns, opts.out, getattr(self.shell, "user_ns_hidden", None))
