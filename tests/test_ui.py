@@ -89,7 +89,7 @@ def test_view_renders_machine_cost_progress_and_saving():
 
     for text in ("epoch 1\n", "\r 10%|#", "\r 50%|#####", "\r100%|##########\n", "done\n"):
         view.feed({"s": "stdout", "x": text})
-    view._render_logs(force=True)
+    view.refresh()
     tail = view.tail_html.value
     assert "epoch 1" in tail and "100%|##########" in tail and "50%" not in tail and "done" in tail
     assert view.full_log.outputs and "50%|#####" in view.full_log.outputs[0]["text"]
@@ -113,7 +113,7 @@ def test_background_view_cancel_button_and_detach():
     job = FakeJob(progress=None)
     view = view_module.JobView(job).start("background")
     try:
-        assert view_module._VIEWS[job.id] is view
+        assert view_module.live_view(job.id) is view
         view.cancel_button.click()
         deadline = time.monotonic() + 10
         while view.mode != "done" and time.monotonic() < deadline:
@@ -121,20 +121,29 @@ def test_background_view_cancel_button_and_detach():
         assert job.cancelled and view.mode == "done"
         assert "CANCELLED" in view.summary.value and "cancelled by the user" in view.summary.value
         assert view.progress_box.layout.display == "none"  # no progress was ever reported
-        assert job.id not in view_module._VIEWS
+        assert view_module.live_view(job.id) is None
 
         other = view_module.JobView(FakeJob()).start("background")
         other.detach_button.click()
-        assert other.mode == "detached" and not other._thread.is_alive()
+        assert other.mode == "detached" and not other.following()
         assert "%burst attach search" in other.note.value
     finally:
-        view._halt()
+        view.stop()
 
 
-def test_tqdm_in_the_cell_reports_progress(monkeypatch):
+@pytest.fixture
+def connect():
+    """``nbburst.reporting.connect`` for the test: the progress hooks report to the channel it is given, and
+    to none after the test."""
+    from nbburst import reporting
+
+    yield reporting.connect
+    reporting.connect(None)
+
+
+def test_tqdm_in_the_cell_reports_progress(connect):
     import io
 
-    from nbburst import reporting
     from nbburst.agent.hooks import tqdm_progress as tqdm_hook
 
     seen = []
@@ -143,7 +152,7 @@ def test_tqdm_in_the_cell_reports_progress(monkeypatch):
         def progress(self, done, total, desc):
             seen.append((done, total, desc))
 
-    monkeypatch.setattr(reporting, "_channel", Channel())
+    connect(Channel())
     tqdm_hook.install()
     from tqdm import tqdm
 
@@ -168,19 +177,19 @@ def test_view_shows_the_machine_console_while_it_boots(burst_env, monkeypatch):
     console.parent.mkdir(parents=True, exist_ok=True)
     console.write_text("".join(f"boot step {i}\n" for i in range(30)) + "\x1b[31mpip: no matching version\x1b[0m\n")
     view = JobView(job)
-    view._tick(force_info=True)
+    view.refresh()
     assert job.state.value == "PROVISIONING"
     shown = view.console_html.value
     assert view.console_html.layout.display is None
     assert "pip: no matching version" in shown and "boot step 29" in shown
     assert "boot step 5" not in shown and "\x1b[" not in shown  # the tail only, without terminal colours
     job.cancel(wait_s=0)
-    view._tick(force_info=True)
+    view.refresh()
     assert view.console_html.layout.display == "none"  # once the job has a verdict, the boot log goes
 
 
 def test_tail_keeps_each_stream_on_its_own_lines_and_marks_stderr():
-    from nbburst.ui.view import TailLines
+    from nbburst.ui.viewmodel import TailLines
 
     tail = TailLines()
     tail.add("stdout", "[worker 1] fitting fold ")
@@ -233,17 +242,16 @@ class RecordingChannel:
         self.seen.append("ended" if event == {"s": "progress", "done": None, "total": None, "desc": ""} else event)
 
 
-def test_scikit_learn_searches_report_fits_without_user_code(monkeypatch):
+def test_scikit_learn_searches_report_fits_without_user_code(connect):
     import joblib
     from sklearn.datasets import make_classification
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GridSearchCV, cross_val_score
 
-    from nbburst import reporting
     from nbburst.agent.hooks import joblib_progress as joblib_hook
 
     channel = RecordingChannel()
-    monkeypatch.setattr(reporting, "_channel", channel)
+    connect(channel)
     joblib_hook.install()
     X, y = make_classification(120, random_state=0)
     with joblib.parallel_backend("threading", n_jobs=2):  # the callback path of a parallel backend, without processes
@@ -261,14 +269,13 @@ def test_scikit_learn_searches_report_fits_without_user_code(monkeypatch):
     assert channel.seen[-2:] == [(20, 20, "tasks"), "ended"]
 
 
-def test_a_closed_tqdm_bar_clears_the_progress(monkeypatch):
+def test_a_closed_tqdm_bar_clears_the_progress(connect):
     import io
 
-    from nbburst import reporting
     from nbburst.agent.hooks import tqdm_progress as tqdm_hook
 
     channel = RecordingChannel()
-    monkeypatch.setattr(reporting, "_channel", channel)
+    connect(channel)
     tqdm_hook.install()
     from tqdm import tqdm
 
@@ -293,39 +300,40 @@ def test_view_phase_eta_one_copy_and_static_summary():
     from nbburst.ui.view import JobView
 
     job = FakeJob(state="SUBMITTED", progress=None, attempt=1)
-    view = JobView(job)
+    clock = [1000.0]
+    view = JobView(job, clock=lambda: clock[0])
     assert "waiting for a machine" in view.phase.value and view.phase.layout.display is None
     job.data.update(state="RUNNING", message="loading inputs and importing their modules")
-    view._tick(force_info=True)
+    view.refresh()
     assert "loading inputs" in view.phase.value and "loading inputs" not in view.status.value
 
     # While a cell waits, its own output area shows the log: the view's tail and full log stay hidden.
-    view._set_mode("blocking")
+    view.set_mode("blocking")
     assert view.tail_html.layout.display == "none" and view.log_box.layout.display == "none"
-    view._set_mode("background")
+    view.set_mode("background")
     assert view.tail_html.layout.display is None and view.log_box.layout.display is None
 
     job.data.update(message="", progress={"done": 10, "total": 100, "desc": "fits"})
-    view._tick(force_info=True)
+    view.refresh()
     assert view.bar_label.value == "fits 10/100 (10%)"  # no pace yet
-    view._rate = (("fits", 100), view._rate[1] - 20.0, 10.0)  # as if the first report came 20 s ago
+    clock[0] += 20.0  # the next report comes 20 s after the first
     job.data.update(progress={"done": 55, "total": 100, "desc": "fits"})
-    view._tick(force_info=True)
+    view.refresh()
     assert view.bar_label.value.startswith("fits 55/100 (55%) · ETA ")
     job.data.update(progress={"done": None, "total": None, "desc": ""})  # the loop ended
-    view._tick(force_info=True)
+    view.refresh()
     assert view.progress_box.layout.display == "none"
 
-    view._static_handle = DisplayRecorder()
+    view.static_handle = DisplayRecorder()
     view.feed({"s": "stdout", "x": "fold 1 done\n"})
     view.feed({"s": "stderr", "x": "ConvergenceWarning\n"})
-    view._tick(force_info=True)
-    static = view._static_handle.bundles[-1]["text/html"]
+    view.refresh()
+    static = view.static_handle.bundles[-1]["text/html"]
     assert "RUNNING" in static and "n2-standard-64" in static and job.id in static
     assert "fold 1 done" in static and "ConvergenceWarning</span>" in static and "class=" not in static.split(">", 1)[1]
     job.data.update(state="SUCCEEDED", ended=job.data["created"] + 125)
     view.finish()
-    final = view._static_handle.bundles[-1]
+    final = view.static_handle.bundles[-1]
     assert "SUCCEEDED" in final["text/html"] and "in 2m 05s" in final["text/html"]
     assert list(final) == ["text/html"]  # text frontends show the widget's own text line: one copy
-    assert view._static_handle.metadata[-1] == {"nbburst": {"job": job.id}}  # an update replaces the metadata
+    assert view.static_handle.metadata[-1] == {"nbburst": {"job": job.id}}  # an update replaces the metadata

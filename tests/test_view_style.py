@@ -82,7 +82,7 @@ def rendered_view() -> tuple[object, list[str], set[str]]:
     view = JobView(job)
     view.feed({"s": "stdout", "x": "epoch 1\n"})
     view.feed({"s": "event", "x": "--- attempt 2 ---\n"})
-    view._render_logs(force=True)
+    view.refresh()
     html_values = [view.header.value, view.status.value, view.tail_html.value]
     job.data.update(state="FAILED", ended=job.data["created"] + 30, message="the cell raised ValueError")
     view.finish()
@@ -139,8 +139,9 @@ def test_the_tables_take_every_colour_from_the_theme():
 def test_no_colour_literal_outside_the_style_module():
     import nbburst.ui.tables
     import nbburst.ui.view
+    import nbburst.ui.viewmodel
 
-    for module in (nbburst.ui.view, nbburst.ui.tables):
+    for module in (nbburst.ui.view, nbburst.ui.viewmodel, nbburst.ui.tables):
         source = Path(module.__file__).read_text()
         found = re.findall(r"#[0-9a-fA-F]{3,8}\b|\brgba?\(|\bhsla?\(", source)
         assert not found, f"{module.__name__} hard-codes colours {found}: they belong in nbburst.ui.style"
@@ -191,11 +192,11 @@ def test_the_static_summary_takes_every_colour_from_the_theme():
     view = JobView(job)
     view.feed({"s": "stdout", "x": "epoch 1\n"})
     view.feed({"s": "stderr", "x": "a warning\n"})
-    view._render_logs(force=True)
-    running = view._static_html()
+    view.refresh()
+    running = view.static_html()
     job.data.update(state="FAILED", ended=job.data["created"] + 30, message="the cell raised ValueError")
     view.finish()
-    for static in (running, view._static_html()):
+    for static in (running, view.static_html()):
         bodies = re.findall(r"style='([^']*)'", static)
         assert sum(assert_theme_colours("static summary", body) for body in bodies) >= 4
 

@@ -36,27 +36,22 @@ lab extension routes a click on Cancel through the server extension (which
 cancels the job in the Store; the waiting cell sees it end) and a click on
 Detach into a kernel interrupt (which detaches a waiting cell).
 
-Its look (classes under one root class, a stylesheet of theme colours carried
-inside the view) comes from :mod:`nbburst.ui.style`.
+What the widgets show is worked out by its model, :class:`nbburst.ui.viewmodel.ViewModel`
+(state in, HTML and text out, no widgets); its look (classes under one root class, a
+stylesheet of theme colours carried inside the view) comes from :mod:`nbburst.ui.style`.
 """
 
 from __future__ import annotations
 
 import html
-import re
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JobNotFound
-from ..protocol import backends
-from ..protocol.durations import format_duration
-from ..protocol.job import State
-from ..protocol.pricing import usd
 from . import style
-from .records import record_text, rewrite_line
-from .tables import machine_text
+from .viewmodel import ViewModel
 
 if TYPE_CHECKING:
     from ..client.burst import Job, LogTail
@@ -64,15 +59,9 @@ if TYPE_CHECKING:
 TICK_SECONDS = 0.25  # widget refresh
 INFO_SECONDS = 1.0  # status/cost reads from the Store
 FULL_LOG_SECONDS = 2.0  # the full-log Output resends all its outputs on every append: batch them
-TAIL_LINES = 12
 STATIC_SECONDS = 5.0  # the static summary is a fallback: refreshed at this pace (and on every state change)
 METADATA_KEY = "nbburst"  # display metadata: {"nbburst": {"job": id}}, how the sidebar finds a job's cell
 CONSOLE_SECONDS = 3.0  # serial-port reads while a machine boots (a Compute Engine API call each)
-CONSOLE_LINES = 10
-FULL_LOG_LIMIT = 256 * 1024  # characters kept in the full-log widget; `%burst logs` has everything
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_SYMBOLS = {"SUCCEEDED": "✔", "FAILED": "✖", "CANCELLED": "■"}
-_ENDED = {s.value for s in State if s.terminal}  # verdicts; a summary that cannot be verified (UNVERIFIED) is none
 
 _VIEWS: dict[str, JobView] = {}  # job id -> its live view in this kernel
 _VIEWS_LOCK = threading.Lock()
@@ -83,39 +72,45 @@ def _classes(part: str) -> tuple[str]:
     return (style.part(part),)
 
 
+def live_view(job_id: str) -> JobView | None:
+    """The view that follows job ``job_id`` in this kernel, if one does (a newer view takes over an older)."""
+    with _VIEWS_LOCK:
+        return _VIEWS.get(job_id)
+
+
 class JobView:
-    def __init__(self, job: Job, tail: LogTail | None = None):
+    """The widgets of one job's view, the thread that updates them and the display handles; what they show
+    comes from :attr:`model`. ``clock`` is the monotonic clock that paces refreshes and progress ETAs."""
+
+    def __init__(self, job: Job, tail: LogTail | None = None, clock: Callable[[], float] = time.monotonic):
         import ipywidgets as w
 
         self.job = job
         self.tail = tail or job.tail()
+        self.clock = clock
         self.mode = "idle"
+        self.model = ViewModel(job.info(), time.time())
+        #: The display handle of the static summary beside the widget (set by :meth:`show`).
+        self.static_handle: Any = None
+        self.error: BaseException | None = None
         self._lock = threading.Lock()
         self._pending: list[dict[str, Any]] = []
-        self._tail_lines = TailLines()
-        self._log_buffer: list[str] = []
-        self._log_chars = 0
         self._log_flushed = 0.0
-        self._info: dict[str, Any] = job.info()
-        self._info_wall = time.time()
         self._info_mono = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._done = False
         self._cancelling = False
         self._last_tail = self._last_status = self._last_console = self._last_phase = ""
-        self._static_handle: Any = None
         self._static_value = ""
         self._static_mono = -STATIC_SECONDS
         self._static_state = ""
-        self._rate: tuple[Any, float, float] | None = None  # (desc, total), when and where the rate was measured from
         self._console_mono = -CONSOLE_SECONDS
-        self.error: BaseException | None = None
         self._handle: Any = None
 
         # The stylesheet travels inside the view (a hidden HTML widget), so saved notebooks keep it too.
         self.stylesheet = w.HTML(style.stylesheet(), _dom_classes=_classes("style"), layout=w.Layout(display="none"))
-        self.header = w.HTML(self._header_html(), _dom_classes=_classes("header"))
+        self.header = w.HTML(self.model.header_html(), _dom_classes=_classes("header"))
         self.status = w.HTML("", _dom_classes=_classes("state"))
         self.phase = w.HTML("", _dom_classes=_classes("phase"), layout=w.Layout(display="none"))
         self.bar = w.FloatProgress(
@@ -174,8 +169,8 @@ class JobView:
         from IPython.display import display
 
         self._handle = display(self._bundle(), raw=True, display_id=True, metadata=self._metadata())
-        self._static_value = self._static_html()
-        self._static_handle = display(self._static_bundle(), raw=True, display_id=True, metadata=self._metadata())
+        self._static_value = self.static_html()
+        self.static_handle = display(self._static_bundle(), raw=True, display_id=True, metadata=self._metadata())
         return self
 
     def _metadata(self) -> dict[str, Any]:
@@ -188,8 +183,7 @@ class JobView:
 
     def _bundle(self, text: str = "") -> dict[str, Any]:
         data = dict(self.widget._repr_mimebundle_() or {})
-        i = self._info
-        data["text/plain"] = text or f"nbburst job {i['name']} ({i['id']}) on {machine_text(i)}"
+        data["text/plain"] = text or self.model.text()
         return data
 
     def start(self, mode: str = "blocking") -> JobView:
@@ -199,7 +193,7 @@ class JobView:
             _VIEWS[self.job.id] = self
         if old is not None and old is not self:
             old.detach(note="another view of this job took over")
-        self._set_mode(mode)
+        self.set_mode(mode)
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name=f"nbburst-view-{self.job.id}", daemon=True)
         self._thread.start()
@@ -212,22 +206,27 @@ class JobView:
 
     def background(self) -> None:
         """The cell stopped waiting (interrupt): follow the job from the thread from now on."""
-        self._set_mode("background")
-        if self._thread is None or not self._thread.is_alive():
+        self.set_mode("background")
+        if not self.following():
             self.start("background")
 
-    def _set_mode(self, mode: str) -> None:
-        """The log tail and the full log show only when no waiting cell shows the job's output itself."""
+    def set_mode(self, mode: str) -> None:
+        """Follow the job as ``mode`` says. The log tail and the full log show only when no waiting cell shows
+        the job's output itself (``background``)."""
         self.mode = mode
         shown = None if mode == "background" else "none"
         if not self._done and self.tail_html.layout.display != shown:
             self.tail_html.layout.display = self.log_box.layout.display = shown
 
+    def following(self) -> bool:
+        """Whether the updater thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
     def finish(self) -> None:
         """The cell's wait returned (blocking mode): render the last records and the summary."""
-        self._halt()
+        self.stop()
         try:
-            self._tick(force_info=True)
+            self.refresh()
             self._render_done()
         except Exception as exc:  # the view must never fail the cell whose job it shows
             self.error = exc
@@ -237,7 +236,7 @@ class JobView:
         """Stop following the job; it keeps running."""
         if self._done:
             return
-        self._halt()
+        self.stop()
         self.mode = "detached"  # the tail stays as it was: it is the last that is known
         self.detach_button.disabled = True
         name = self.job.name
@@ -271,7 +270,8 @@ class JobView:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def _halt(self) -> None:
+    def stop(self) -> None:
+        """Stop the updater thread (within 5 s); the widgets keep what they show."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(5)
@@ -281,8 +281,8 @@ class JobView:
         while not self._stop.is_set():
             try:
                 self._tick()
-                if self.mode == "background" and self._info["state"] in _ENDED:
-                    self._tick(force_info=True)  # the last log chunks
+                if self.mode == "background" and self.model.ended():
+                    self.refresh()  # the last log chunks
                     self._render_done()
                     return
             except JobNotFound as exc:  # the job is gone (deleted by `nbburst gc`): nothing left to follow
@@ -295,261 +295,113 @@ class JobView:
                 self.note.value = html.escape(f"(view: {type(exc).__name__}: {exc}; retrying)")
             self._stop.wait(TICK_SECONDS)
 
+    def refresh(self) -> None:
+        """Read the job's status now and render it with the records fed so far (the thread does this on its
+        own pace; a waiting cell's end and tests call it)."""
+        self._tick(force_info=True)
+
     def _tick(self, force_info: bool = False) -> None:
         if self.mode == "background":
             for record in self.tail.poll():
                 self.feed(record)
-        now = time.monotonic()
+        now = self.clock()
         if force_info or now - self._info_mono >= INFO_SECONDS:
             if self.mode == "background":
                 try:
                     self.job.supervise()
                 except Exception:
                     pass
-            self._info, self._info_wall, self._info_mono = self.job.info(), time.time(), now
+            self.model.update(self.job.info(), time.time())
+            self._info_mono = now
         self._render_console(now)
-        self._render_logs(force=force_info)
+        self._render_logs(now, force=force_info)
         self._render_status()
         self._render_static(now, force=force_info)
 
-    # -- rendering ------------------------------------------------------------------------------
-    def _header_html(self) -> str:
-        i = self._info
-        name = f"<b>{html.escape(i['name'])}</b> · " if i["name"] != i["id"] else ""
-        job = html.escape(i["id"])
-        sidebar = (  # the lab extension opens the job in the "Burst jobs" sidebar on a click
-            f" · <a class='{style.part('open')}' data-nbburst-open='{job}' "
-            f"title='Show this job in the Burst jobs sidebar'>in the sidebar</a>"
-        )
-        return (
-            f"<div class='{style.LINE}'>{name}<code data-nbburst-job='{job}'>{job}</code> · "
-            f"{html.escape(machine_text(i, long=True))}{sidebar}</div>"
-        )
+    def static_html(self) -> str:
+        """The static summary as it would be shown now (see :meth:`ViewModel.static_html`)."""
+        return self.model.static_html(time.time(), background=self.mode == "background")
 
-    def _live_numbers(self) -> tuple[float, float]:
-        """Elapsed wall time and cost, extrapolated from the last Store read."""
-        i = self._info
-        terminal = i["state"] in _ENDED
-        drift = 0.0 if terminal else max(0.0, time.time() - self._info_wall)
-        elapsed = (i.get("ended") or (self._info_wall + drift)) - i["created"]
-        cost = i.get("cost_usd") or 0.0
-        if i["state"] in ("PROVISIONING", "RUNNING"):
-            cost += (i.get("cost_per_hour_usd") or 0.0) * drift / 3600.0
-        return max(0.0, elapsed), cost
-
+    # -- rendering: the model's answers into the widgets ---------------------------------------------
     def _render_status(self) -> None:
-        i = self._info
-        elapsed, cost = self._live_numbers()
-        parts = [
-            style.state_html(i["state"]),
-            f"attempt {max(1, i.get('attempt') or 1)}",
-            format_duration(elapsed),
-        ]
-        if not backends.is_remote(i.get("backend")):
-            parts.append(f"{usd(0.0)} · local")
-        else:
-            cap = f" of {usd(i['budget']['usd'])}" if i.get("budget") else ""  # spend against --budget
-            parts.append(f"{usd(cost)}{cap} · {usd(i.get('cost_per_hour_usd') or 0.0)}/h")
-        if i.get("workers"):
-            parts.append(workers_html(i["workers"], backends.is_remote(i.get("backend"))))
-        value = " · ".join(parts)
+        state = self.model.info["state"]
+        value = self.model.status_html(time.time())
         if value != self._last_status:
             self.status.value = self._last_status = value
-            if i["state"] != self._static_state:
-                self._static_state, self._static_mono = i["state"], -STATIC_SECONDS  # refresh the summary now
-        self._render_progress(i.get("progress"))
+            if state != self._static_state:
+                self._static_state, self._static_mono = state, -STATIC_SECONDS  # refresh the summary now
+        self._render_progress()
         self._render_phase()
 
-    def _phase_text(self) -> str:
-        """What the job is doing while it has nothing else to show: the machine's own message (loading
-        inputs, restoring checkpoints, waiting for capacity), else a word on its state."""
-        i = self._info
-        if i["state"] in _ENDED:
-            return ""
-        message = i.get("message") or ""
-        if message or self._tail_lines.any_output or (i.get("progress") or {}).get("done") is not None:
-            return message
-        return _PHASES.get(i["state"], "")
-
     def _render_phase(self) -> None:
-        text = self._phase_text()
-        if text != self._last_phase:
-            self._last_phase = text
-            self.phase.value = f"<div class='{style.LINE}'>{html.escape(text)}…</div>" if text else ""
-            self.phase.layout.display = None if text else "none"
+        value = self.model.phase_html()
+        if value != self._last_phase:
+            self._last_phase = value
+            self.phase.value = value
+            self.phase.layout.display = None if value else "none"
 
     def _render_console(self, now: float) -> None:
         """The tail of the machine's console while it provisions; hidden once the agent reports."""
-        if self._info["state"] != "PROVISIONING":
+        if self.model.info["state"] != "PROVISIONING":
             self.console_html.layout.display = "none"
             return
         if now - self._console_mono < CONSOLE_SECONDS:
             return
         self._console_mono = now
-        lines = _ANSI.sub("", self.job.console()).rstrip().splitlines()[-CONSOLE_LINES:]
-        value = "\n".join(lines)
+        value = self.model.console_html(self.job.console())
         if value and value != self._last_console:
-            self._last_console = value
-            self.console_html.value = (
-                f"<div class='{style.NOTE}'>machine console (booting):</div><pre>{html.escape(value)}</pre>"
-            )
+            self.console_html.value = self._last_console = value
             self.console_html.layout.display = None
 
-    def _render_progress(self, progress: dict[str, Any] | None) -> None:
-        if not progress:
-            return
-        if progress.get("done") is None:  # a loop ended: no bar frozen at its 100% while the cell goes on
-            self._rate = None
+    def _render_progress(self) -> None:
+        self.model.update_progress(self.clock())
+        bar = self.model.bar
+        if bar is None:
             if self.progress_box.layout.display != "none":
                 self.progress_box.layout.display = "none"
             return
-        done, total, desc = progress.get("done") or 0, progress.get("total"), progress.get("desc") or ""
-        if total:
-            fraction = max(0.0, min(1.0, float(done) / float(total)))
-            label = f"{html.escape(desc)} {done:g}/{total:g} ({fraction * 100:.0f}%)".strip()
-            eta = self._eta(desc, done, total)
-            if eta is not None:
-                label += f" · ETA {format_duration(eta)}"
-            if self.bar.value != fraction:
-                self.bar.value = fraction
-            if self.bar.bar_style != ("success" if fraction >= 1 else ""):
-                self.bar.bar_style = "success" if fraction >= 1 else ""
-        else:
-            label = f"{html.escape(desc)} {done:g}".strip()
-            self.bar.bar_style = "info"
-        if self.bar_label.value != label:
-            self.bar_label.value = label
+        if bar.fraction is not None and self.bar.value != bar.fraction:
+            self.bar.value = bar.fraction
+        if self.bar.bar_style != bar.bar_style:
+            self.bar.bar_style = bar.bar_style
+        if self.bar_label.value != bar.label:
+            self.bar_label.value = bar.label
         if self.progress_box.layout.display == "none":
             self.progress_box.layout.display = None
 
-    def _eta(self, desc: str, done: float, total: float) -> float | None:
-        """Seconds left at the pace seen since this loop was first seen in this view; None before there is one."""
-        now = time.monotonic()
-        if self._rate is None or self._rate[0] != (desc, total) or done < self._rate[2]:
-            self._rate = ((desc, total), now, float(done))
-            return None
-        _, since, start = self._rate
-        if done >= total or done <= start or now <= since:
-            return None
-        return (total - done) * (now - since) / (done - start)
-
-    def _render_logs(self, force: bool = False) -> None:
+    def _render_logs(self, now: float, force: bool = False) -> None:
         with self._lock:
             records, self._pending = self._pending, []
         for record in records:
-            text = record_text(record)
-            if not text:
-                continue
-            self._tail_lines.add(record.get("s") if record.get("s") in ("stdout", "stderr") else "event", text)
-            if self._log_chars < FULL_LOG_LIMIT:
-                self._log_buffer.append(text)
-                self._log_chars += len(text)
-                if self._log_chars >= FULL_LOG_LIMIT:
-                    name = self.job.name
-                    self._log_buffer.append(
-                        f"\n… the log goes on: `%burst logs {name}` or `nbburst logs {name}` shows all of it\n"
-                    )
-        tail = self._tail_lines.html(lambda stream: f"class='{style.part(stream)}'")
+            self.model.add(record)
+        tail = self.model.tail_html()
         if tail != self._last_tail:
-            self._last_tail = tail
-            self.tail_html.value = f"<pre>{tail}</pre>" if tail else ""
-        now = time.monotonic()
-        if self._log_buffer and (force or now - self._log_flushed >= FULL_LOG_SECONDS):
-            text, self._log_buffer = "".join(self._log_buffer), []
-            self.full_log.append_stdout(text)
+            self.tail_html.value = self._last_tail = tail
+        if self.model.has_log_text() and (force or now - self._log_flushed >= FULL_LOG_SECONDS):
+            self.full_log.append_stdout(self.model.take_log_text())
             self._log_flushed = now
-
-    def _summary(self, inline: bool = False) -> str:
-        """The one-line end of the job (state, duration, machine, cost) and its notes, as HTML; ``inline``
-        styles it for HTML shown without the view's stylesheet (the static summary)."""
-        i = self._info
-        state = i["state"]
-        elapsed, cost = self._live_numbers()
-        c = i.get("cost") or {}
-        what = (style.state_inline_html if inline else style.state_html)(state, _SYMBOLS.get(state, ""))
-        note = _inline_note if inline else style.note_html
-        verb = "in" if state == "SUCCEEDED" else "after"
-        parts = [f"{what} {verb} {format_duration(elapsed)}", html.escape(machine_text(i))]
-        if not backends.is_remote(i.get("backend")):
-            parts.append(f"{usd(0.0)} (local)")
-        else:
-            money = usd(cost) + (f" of a {usd(i['budget']['usd'])} budget" if i.get("budget") else "")
-            if c.get("saving"):
-                pct = 100.0 * c["saving"] / c["on_demand"] if c.get("on_demand") else 0.0
-                money += f", saved {usd(c['saving'])} ({pct:.0f}%) vs on-demand"
-            parts.append(money)
-        if i.get("attempt", 0) > 1:
-            parts.append(f"{i['attempt']} attempts")
-        summary = " · ".join(parts)
-        if backends.is_remote(i.get("backend")) and c.get("notes"):  # how the cost was estimated, e.g. no live prices
-            summary += "<br>" + note("; ".join(c["notes"]))
-        if state != "SUCCEEDED" and i.get("message"):
-            summary += "<br>" + note(i["message"])
-        if self.mode == "background" and state == "SUCCEEDED":
-            summary += "<br>" + note(f"`%burst attach {i['name']}` or `job.result()` brings its outputs in")
-        return summary
-
-    def _static_html(self) -> str:
-        """The view as plain HTML with inline styles: what the notebook shows once the widget is gone."""
-        i = self._info
-        name = f"<b>{html.escape(i['name'])}</b> · " if i["name"] != i["id"] else ""
-        lines = [f"{name}<code>{html.escape(i['id'])}</code> · {html.escape(machine_text(i, long=True))}"]
-        if i["state"] in _ENDED:
-            lines.append(self._summary(inline=True))
-        else:
-            elapsed, cost = self._live_numbers()
-            money = usd(0.0) + " · local" if not backends.is_remote(i.get("backend")) else usd(cost)
-            state = style.state_inline_html(i["state"])
-            lines.append(  # the line the lab extension refreshes from the server while the job is unfinished
-                f"<span data-nbburst-live=''>{state} · attempt {max(1, i.get('attempt') or 1)} · "
-                f"{format_duration(elapsed)} · {money}</span>"
-            )
-            if self._last_phase:
-                lines.append(_inline_note(self._last_phase + "…"))
-            if self.progress_box.layout.display != "none":
-                lines.append(html.escape(re.sub(r"<[^>]+>", "", self.bar_label.value)))
-        body = "".join(f"<div>{line}</div>" for line in lines)
-        inline = {"stderr": style.STATIC_STDERR, "event": style.STATIC_MUTED}
-        tail = self._tail_lines.html(lambda stream: f"style='{inline[stream]}'")
-        if tail:
-            body += f"<pre style='{style.STATIC_PRE}'>{tail}</pre>"
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self._info_wall))
-        follow = "" if i["state"] in _ENDED else f"; `%burst attach {i['name']}` follows it live"
-        body += f"<div>{_inline_note(f'as of {when}{follow}')}</div>"
-        job, state = html.escape(i["id"]), html.escape(i["state"])
-        return (
-            f"<div class='{style.STATIC}' data-nbburst-job='{job}' data-nbburst-state='{state}' "
-            f"style='{style.STATIC_BOX}'>{body}</div>"
-        )
 
     def _render_static(self, now: float, force: bool = False) -> None:
         """Refresh the static summary beside the widget: on a change of state, else every STATIC_SECONDS."""
-        if self._static_handle is None or (not force and now - self._static_mono < STATIC_SECONDS):
+        if self.static_handle is None or (not force and now - self._static_mono < STATIC_SECONDS):
             return
-        value = self._static_html()
+        value = self.static_html()
         if value == self._static_value:
             return
         self._static_value, self._static_mono = value, now
         try:
-            self._static_handle.update(self._static_bundle(), raw=True, metadata=self._metadata())
+            self.static_handle.update(self._static_bundle(), raw=True, metadata=self._metadata())
         except Exception:  # a fallback must never break the view
             pass
 
     def _render_done(self) -> None:
-        i = self._info
-        summary = self._summary()
+        summary = self.model.summary_html(time.time(), background=self.mode == "background")
         self.summary.value = summary
         self.summary.layout.display = None
         self._render_phase()
         if self._handle is not None:  # static renderings (nbconvert, text frontends) get the summary too
             try:
-                self._handle.update(
-                    self._bundle(
-                        f"nbburst job {i['name']} ({i['id']}): " + re.sub(r"<[^>]+>", "", summary.replace("<br>", "; "))
-                    ),
-                    raw=True,
-                    metadata=self._metadata(),
-                )
+                self._handle.update(self._bundle(self.model.summary_text(summary)), raw=True, metadata=self._metadata())
             except Exception:
                 pass
         self.buttons.layout.display = "none"
@@ -559,74 +411,10 @@ class JobView:
             self.note.value = ""
         self._done = True
         self.mode = "done"
-        self._render_static(time.monotonic(), force=True)
+        self._render_static(self.clock(), force=True)
         with _VIEWS_LOCK:
             if _VIEWS.get(self.job.id) is self:
                 del _VIEWS[self.job.id]
-
-
-#: What the phase line says in the first seconds, before the machine says more or the cell prints.
-_PHASES = {
-    "SUBMITTED": "waiting for a machine",
-    "PROVISIONING": "starting the machine",
-    "PREEMPTED": "the machine was taken back; relaunching",
-    "RUNNING": "running the cell, no output yet",
-}
-
-
-def workers_html(workers: dict[str, Any], priced: bool) -> str:
-    """``--workers``: how many worker machines are in which state, their cost, and the Dask dashboard's link."""
-    states = ", ".join(f"{n} {state.lower()}" for state, n in sorted(workers["states"].items()))
-    text = f"{workers['count']} workers ({html.escape(states)})"
-    if priced:
-        text += f" {usd(workers['cost_usd'])}"
-    if workers.get("dashboard"):
-        text += f" · <a href='{html.escape(workers['dashboard'])}' target='_blank'>Dask dashboard</a>"
-    return text
-
-
-def _inline_note(text: str) -> str:
-    return f"<span style='{style.STATIC_MUTED}'>{html.escape(text)}</span>"
-
-
-class TailLines:
-    """The last lines of a job's log, each with the stream it came from.
-
-    Each stream keeps its own unfinished line, so a line that stdout has not
-    ended yet is never spliced with stderr's (or an event's); a carriage return
-    rewrites its stream's line, as a terminal shows a progress bar."""
-
-    KEEP = TAIL_LINES * 4
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str]] = []  # (stream, text) of ended lines
-        self.partial: dict[str, str] = {}  # stream -> its unfinished line
-        self.any_output = False
-
-    def add(self, stream: str, text: str) -> None:
-        text = _ANSI.sub("", text)
-        self.any_output = self.any_output or stream != "event"
-        *ended, rest = text.split("\n")
-        current = self.partial.pop(stream, "")
-        for piece in ended:
-            self.lines.append((stream, rewrite_line(current + piece)))
-            current = ""
-        current = rewrite_line(current + rest)
-        if current:
-            self.partial[stream] = current
-        if len(self.lines) > self.KEEP:
-            del self.lines[: -TAIL_LINES * 2]
-
-    def last(self) -> list[tuple[str, str]]:
-        return (self.lines + list(self.partial.items()))[-TAIL_LINES:]
-
-    def html(self, attribute: Callable[[str], str]) -> str:
-        """The last lines, escaped; stderr and event lines in spans with ``attribute(stream)``."""
-        out = []
-        for stream, text in self.last():
-            text = html.escape(text)
-            out.append(text if stream == "stdout" else f"<span {attribute(stream)}>{text}</span>")
-        return "\n".join(out)
 
 
 def in_kernel(shell: Any = None) -> bool:
