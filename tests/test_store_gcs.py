@@ -184,8 +184,8 @@ def test_emulator_stop_leaves_no_process() -> None:
         assert emulator.env() == {"STORAGE_EMULATOR_HOST": f"http://{emulator.host}"}
         emulator.create_bucket("b1")
         emulator.create_bucket("b1")  # exists already: fine
-        process = emulator._process
-    assert emulator._process is None and emulator._server is None
+        process = emulator.process
+    assert not emulator.running
     if process is not None:  # fake-gcs-server ran as a child: it is gone and reaped
         assert process.returncode is not None
         with pytest.raises(ProcessLookupError):

@@ -75,7 +75,7 @@ class GCSEmulator:
     # -- lifecycle --------------------------------------------------------------
 
     def start(self) -> GCSEmulator:
-        if self._process is not None or self._server is not None:
+        if self.running:
             return self
         binary = _fake_gcs_binary()
         if binary is not None:
@@ -108,6 +108,16 @@ class GCSEmulator:
             self._tmpdir.cleanup()
             self._tmpdir = None
         atexit.unregister(self.stop)
+
+    @property
+    def running(self) -> bool:
+        """Whether the emulator is serving: started, and not stopped since."""
+        return self._process is not None or self._server is not None
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        """fake-gcs-server's process while it serves; None for the in-process emulator or once stopped."""
+        return self._process
 
     def __enter__(self) -> GCSEmulator:
         return self.start()
