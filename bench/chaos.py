@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT / "tests"))  # the chaos scenario and its helpers ar
 from support import kill_agents  # noqa: E402
 from test_chaos import FAULT_RATE, Report, chaos  # noqa: E402
 
-from nbburst.client import background  # noqa: E402
 from nbburst.client.burst import Burst  # noqa: E402
+from nbburst.client.supervision import laptop  # noqa: E402
 from nbburst.config import load  # noqa: E402
 from nbburst.store import ENV_STORES  # noqa: E402
 from nbburst.testing.faults import ENV_LOG, ENV_RATE, STORES, injected  # noqa: E402
@@ -51,7 +51,7 @@ def local_run(work: Path, seed: int) -> Report:
     try:
         return chaos("local", Burst(), work, seed=seed, faults=lambda: injected(log), **SIZES["local"])
     finally:
-        background.stop_all(load())
+        laptop.stop_all(load())
         kill_agents(str(root))
 
 
@@ -78,7 +78,7 @@ def gce_run(work: Path, seed: int, compute, gcs, secrets) -> Report:
         return chaos("gce", Burst(), work, seed=seed, faults=lambda: gcs.faults_injected - before, **SIZES["gce"])
     finally:
         gcs.set_faults(bucket, 0)
-        background.stop_all(load())
+        laptop.stop_all(load())
 
 
 def summary(name: str, reports: list[Report]) -> None:

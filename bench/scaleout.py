@@ -58,9 +58,9 @@ def cell(fits: int, pause: float) -> str:
 
 
 def burst_seconds(code: str, workers: int, work: Path) -> float:
-    from nbburst.client import background
     from nbburst.client.burst import Burst
     from nbburst.client.capture import capture
+    from nbburst.client.supervision import laptop
     from nbburst.config import load
     from nbburst.protocol.job import State
 
@@ -80,7 +80,7 @@ def burst_seconds(code: str, workers: int, work: Path) -> float:
             raise SystemExit(f"--workers {workers}: {state.value}: {job.terminal()}\n{job.logs()[-3000:]}")
         return job.outcome().values["seconds"]
     finally:
-        background.stop_all(load())
+        laptop.stop_all(load())
         kill_agents(str(work / "store"))
 
 

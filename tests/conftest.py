@@ -1,7 +1,7 @@
 import pytest
 from support import kill_agents
 
-from nbburst.client.background import stop_all
+from nbburst.client.supervision.laptop import stop_all
 from nbburst.config import load
 
 pytest_plugins = ["nbburst.testing.pytest_plugin"]
@@ -26,7 +26,7 @@ def burst_env(tmp_path, monkeypatch):
     monkeypatch.setenv("NBBURST_BACKEND", "local")
     monkeypatch.delenv("NBBURST_TIMEOUT", raising=False)
     yield {"root": root, "state": state}
-    stop_all(load())  # the background supervisors that submissions started (nbburst/client/background.py)
+    stop_all(load())  # the background supervisors that submissions started (nbburst/client/supervision/laptop)
     # An agent exits a few tens of milliseconds after it commits the job's end: give it that.
     killed = kill_agents(str(root))
     assert not killed, f"machines left running after the test: {killed}"

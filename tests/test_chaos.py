@@ -8,7 +8,7 @@ machine boots, while the agent prepares it (environment check, checkpoint restor
 cell's process, in the middle of the loop, or while it writes the result. Meanwhile 30% of the Store's
 operations fail (a flaky folder on the local backend, 503 answers from the GCS emulator on Compute Engine)
 and must be retried, and several supervisors compete for every job: the waiting "kernel", a long-lived
-``run_forever``, the background supervisor of the local backend, and one in a process whose clock is an hour
+supervision loop, the background supervisor of the local backend, and one in a process whose clock is an hour
 off, so the lease, the create-only claims and the Store's clock are exercised too.
 
 At the end: every job SUCCEEDED with the result of an uninterrupted run; attempts never ran at the same
@@ -36,8 +36,8 @@ import psutil
 import pytest
 from support.jobs import agent_of, expected_loop, gone, printed, submit
 
-from nbburst.client import supervisor
 from nbburst.client.burst import Burst, Job
+from nbburst.client.supervision.loop import Loop
 from nbburst.errors import UsageError
 from nbburst.protocol import processes
 from nbburst.protocol.job import State
@@ -74,11 +74,11 @@ SKEWED_SUPERVISOR = """
 import signal, sys, threading, time
 real = time.time
 time.time = lambda: real() + float(sys.argv[1])  # this supervisor's clock is off
-from nbburst.client import supervisor
 from nbburst.client.burst import Burst
+from nbburst.client.supervision.loop import Loop
 stop = threading.Event()
 signal.signal(signal.SIGTERM, lambda *_: stop.set())
-supervisor.run_forever(Burst(), 0.3, stop)
+Loop(Burst(), 0.3).run(stop)
 """
 
 
@@ -268,7 +268,7 @@ def chaos(
     rng = random.Random(seed)
     report = Report(backend, seed, jobs)
     stop = threading.Event()
-    hosted = threading.Thread(target=supervisor.run_forever, args=(burst, 0.3, stop), daemon=True)
+    hosted = threading.Thread(target=Loop(burst, 0.3).run, args=(stop,), daemon=True)
     hosted.start()
     skewed = skewed_supervisor(rng.choice((SKEW_SECONDS, -SKEW_SECONDS)), work / "skewed-supervisor.log")
     drivers, tails, streams, sides = [], [], [], []

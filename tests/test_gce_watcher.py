@@ -1,7 +1,7 @@
 """Recovery does not need the notebook, on Compute Engine: the Store's watcher VM relaunches a detached job.
 
 The process that submits the job exits at once, and nothing on this computer supervises it (the local
-background daemon is for the local backend only, and this test process only looks and preempts): the job's
+background process is for the local backend only, and this test process only looks and preempts): the job's
 VM is preempted three times, the watcher VM (a process group of the Compute emulator running the real
 startup script, as the job's VM does) relaunches it each time, a new process finds it SUCCEEDED, and the
 watcher deletes its own VM once no unfinished job is left.
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from support import wait_until
 
-from nbburst.client import background
 from nbburst.client.burst import Burst
+from nbburst.client.supervision import laptop
 from nbburst.machines.base import machine_name
 from nbburst.machines.gce.watcher import LABEL, say_state, watcher_name
 from nbburst.protocol.job import State
@@ -83,7 +83,7 @@ def test_a_detached_job_survives_three_preemptions_with_nobody_on_this_computer(
     assert [(e["attempt"], e["event"]) for e in relaunches] == [(2, "relaunched"), (3, "relaunched"), (4, "relaunched")]
     assert {e["by"].split(":")[1] for e in relaunches} == pids  # the watcher: neither this process nor the submitter
     assert pids.isdisjoint({submitter, str(os.getpid())})
-    assert background.running(background.lock_path(job.burst.settings, job.store.url)) is None  # no local daemon
+    assert laptop.running(laptop.lock_path(job.burst.settings, job.store.url)) is None  # no local background process
 
     assert compute_emulator.wait_for_status(watcher, "DELETED", timeout=60) == "DELETED"
     (deleted,) = [r for r in compute_emulator.request_log if r["method"] == "DELETE" and watcher in r["path"]]

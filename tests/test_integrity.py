@@ -24,8 +24,8 @@ from support.notebook import run_notebook
 from nbburst import checkpoint
 from nbburst.agent.attempt import checkpoints as mirror
 from nbburst.agent.attempt import verdict
-from nbburst.client import supervisor
 from nbburst.client.burst import UNVERIFIED, Burst
+from nbburst.client.supervision.loop import Loop
 from nbburst.machines.gce.machines import GCEMachines
 from nbburst.machines.local import LocalMachines
 from nbburst.protocol import fence, outcome, sealed, signing
@@ -213,7 +213,7 @@ def test_jobs_of_another_user_are_listed_as_unverifiable(burst_env, monkeypatch)
         fresh.job("theirs")  # an unverifiable name names nothing
     listing = subprocess.run([sys.executable, "-m", "nbburst", "jobs", "--all"], capture_output=True, text=True)
     assert f"{job.id}\t{job.id}\tcannot verify: no key\t" in listing.stdout and "theirs" not in listing.stdout
-    assert supervisor.run_once(fresh) == 0  # never relaunched by someone without its key
+    assert Loop(fresh).round() == 0  # never relaunched by someone without its key
 
 
 def test_a_forged_spec_is_never_acted_on(burst_env, monkeypatch, capsys):
@@ -234,7 +234,7 @@ def test_a_forged_spec_is_never_acted_on(burst_env, monkeypatch, capsys):
     fresh = Burst()
     with pytest.raises(sealed.Altered, match="spec.json of job .* failed its signature check"):
         fresh.job(job.id).spec  # noqa: B018
-    assert supervisor.run_once(fresh) == 0
+    assert Loop(fresh).round() == 0
     assert "spec.json" in capsys.readouterr().out and fresh.machines("local").list() == []
     assert fresh.job(job.id).info()["state"] == UNVERIFIED
 

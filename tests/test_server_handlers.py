@@ -302,7 +302,7 @@ def test_api_stays_responsive_while_cancelling(api, store_env, jp_fetch, jp_asyn
 
 def test_hosted_supervisor_resumes_a_preempted_detached_job(api, store_env, jp_serverapp):
     extension = jp_serverapp.web_app.settings["nbburst"]
-    assert extension.supervisor is not None and extension.supervisor.running
+    assert extension.supervision is not None and extension.supervision.running
     burst = Burst()
     job = submit_sleeper(burst, seconds=2.5, name="survivor")
     wait_until(lambda: api.get("jobs", job.id)["state"] == "RUNNING", 20)
@@ -314,20 +314,20 @@ def test_hosted_supervisor_resumes_a_preempted_detached_job(api, store_env, jp_s
     assert [(a["attempt"], a["state"]) for a in detail["attempts"]] == [(1, "PREEMPTED"), (2, "SUCCEEDED")]
 
     nbburst.server.stop(jp_serverapp)
-    assert not extension.supervisor.running
+    assert not extension.supervision.running
 
 
 @pytest.mark.parametrize("server_options", [{"NBBurstServer": {"supervise": False}}])
 def test_supervisor_can_be_turned_off(api, jp_serverapp, server_options):
-    assert jp_serverapp.web_app.settings["nbburst"].supervisor is None
+    assert jp_serverapp.web_app.settings["nbburst"].supervision is None
     assert api.get("jobs") == {"jobs": []}
 
 
 def test_hosted_supervisor_leaves_jobs_it_cannot_resume(store_env):
     """A job whose key is not in this server's key ring (someone else's) is never touched."""
-    from nbburst.client.supervisor import Lease
+    from nbburst.client.supervision.supervisor import Lease
     from nbburst.server.manager import JobsManager
-    from nbburst.server.supervisor_host import HostedSupervisor
+    from nbburst.server.supervision import SupervisionThread
 
     burst = Burst()
     job = submit_sleeper(burst, seconds=30)
@@ -338,12 +338,12 @@ def test_hosted_supervisor_leaves_jobs_it_cannot_resume(store_env):
     key = key_file.read_bytes()
     key_file.unlink()
 
-    supervisor = HostedSupervisor(JobsManager(Burst()))
-    assert supervisor.run_once() == 0
+    supervisor = SupervisionThread(JobsManager(Burst()))
+    assert supervisor.round() == 0
     assert job.state.value == "PREEMPTED" and job.attempt == 1  # not relaunched, and not failed either
 
     key_file.write_bytes(key)
-    assert supervisor.run_once() == 1
+    assert supervisor.round() == 1
     assert job.attempt == 2
 
     supervisor.stop()  # hands the job's lease back: another supervisor may take over at once

@@ -27,8 +27,8 @@ from support.jobs import (
     submit,
 )
 
-from nbburst.client import background, supervisor
 from nbburst.client.burst import Burst
+from nbburst.client.supervision import laptop, supervisor
 from nbburst.machines.base import GONE, RUNNING, MachineInfo, NoCapacity
 from nbburst.protocol import fence, processes
 from nbburst.protocol.job import State, Status
@@ -395,7 +395,7 @@ def test_a_job_nobody_waits_for_is_relaunched_until_it_succeeds(burst_env, tmp_p
     seen = subprocess.run([sys.executable, "-c", check, job_id], capture_output=True, text=True, timeout=60)
     assert seen.stdout.split() == ["SUCCEEDED", "4"], seen.stderr
     assert job.outcome().values["result"] == expected_loop(24)
-    daemon = background.running(background.lock_path(job.burst.settings, job.store.url))
+    daemon = laptop.running(laptop.lock_path(job.burst.settings, job.store.url))
     relaunches = [e for e in json.loads(job.folder.get_record(job.layout.relaunch))["events"] if e["attempt"] > 1]
     assert [e["attempt"] for e in relaunches] == [2, 3, 4]
     assert {e["by"].split(":")[1] for e in relaunches} == {str(daemon)}  # neither this process nor the submitter
@@ -483,11 +483,11 @@ SKEWED_SUPERVISOR = """
 import signal, sys, threading, time
 real = time.time
 time.time = lambda: real() + float(sys.argv[1])  # this supervisor's clock is off
-from nbburst.client import supervisor
 from nbburst.client.burst import Burst
+from nbburst.client.supervision.loop import Loop
 stop = threading.Event()
 signal.signal(signal.SIGTERM, lambda *_: stop.set())
-supervisor.run_forever(Burst(), 0.2, stop)
+Loop(Burst(), 0.2).run(stop)
 """
 
 
@@ -523,23 +523,23 @@ def test_one_background_supervisor_per_store_and_it_goes_away(burst_env, tmp_pat
     once idle, or once its state folder is gone."""
     settings = Burst().settings
     url = Burst().store.url
-    lock = background.lock_path(settings, url)
-    starting = background.ensure(settings, url)
-    assert background.stop(lock) == starting  # still starting: named in the lock file, not holding it yet
+    lock = laptop.lock_path(settings, url)
+    starting = laptop.ensure(settings, url)
+    assert laptop.stop(lock) == starting  # still starting: named in the lock file, not holding it yet
     assert not psutil.pid_exists(starting) or psutil.Process(starting).status() == psutil.STATUS_ZOMBIE
 
-    first = background.ensure(settings, url)
-    wait_until(lambda: background.running(lock) == first, 30, what="the supervisor to start")
-    assert psutil.Process(first).nice() == os.getpriority(os.PRIO_PROCESS, 0) + background.NICENESS  # below ours
-    assert background.ensure(settings, url) is None  # one runs already
-    background.stop(lock)
+    first = laptop.ensure(settings, url)
+    wait_until(lambda: laptop.running(lock) == first, 30, what="the supervisor to start")
+    assert psutil.Process(first).nice() == os.getpriority(os.PRIO_PROCESS, 0) + laptop.NICENESS  # below ours
+    assert laptop.ensure(settings, url) is None  # one runs already
+    laptop.stop(lock)
 
-    env = background.environment(settings, url)
-    quick = subprocess.Popen([sys.executable, "-m", "nbburst.client.daemon", "--idle", "0.5"], env=env)
+    env = laptop.environment(settings, url)
+    quick = subprocess.Popen([sys.executable, "-m", "nbburst.client.supervision.laptop", "--idle", "0.5"], env=env)
     assert quick.wait(60) == 0  # no job to watch: it leaves after its idle time
-    lasting = subprocess.Popen([sys.executable, "-m", "nbburst.client.daemon", "--idle", "600"], env=env)
+    lasting = subprocess.Popen([sys.executable, "-m", "nbburst.client.supervision.laptop", "--idle", "600"], env=env)
     try:
-        wait_until(lambda: background.running(lock) == lasting.pid, 30, what="the supervisor to start")
+        wait_until(lambda: laptop.running(lock) == lasting.pid, 30, what="the supervisor to start")
         lock.unlink()  # its state folder is gone (a temporary one, removed)
         assert lasting.wait(30) == 0
     finally:

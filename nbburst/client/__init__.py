@@ -1,6 +1,6 @@
-"""The notebook side: :class:`Burst` submits jobs, :class:`Job` follows one, the supervisor
-relaunches preempted ones (also in the background, see daemon, and on Compute Engine's side, see
-watch), capture finds what a cell reads and writes."""
+"""The notebook side: :class:`Burst` submits jobs, :class:`Job` follows one, supervision relaunches
+preempted ones (while a cell waits, and in a background process or on Compute Engine's side while none does,
+see supervision), capture finds what a cell reads and writes."""
 
 from .burst import Burst, Job
 

@@ -50,12 +50,13 @@ from ..protocol.job import (
 )
 from ..protocol.outcome import commit_terminal, holds_verdict, read_error, verdict_object
 from ..store import AlreadyExists, NotFound, Store, open_store
-from . import background, files, importahead, resume, workers
+from . import files, importahead, resume, workers
 from .capture import Capture, unpicklable_message
 from .session import Session, Sessions
+from .supervision import laptop
 
 if TYPE_CHECKING:
-    from .supervisor import Supervisor  # it imports this module: made lazily in Job.supervisor
+    from .supervision.supervisor import Supervisor  # it imports this module: made lazily in Job.supervisor
 
 # fingerprint of exact bytes -> SHA-256 address, per store: saves re-hashing unchanged data.
 _ADDRESS_CACHE: dict[tuple[str, str], str] = {}
@@ -169,7 +170,7 @@ class Burst:
         job.cell_imports = imported_by(code) if kind == "cell" and session is not None else []
         job.launch(attempt=1)
         if self.settings.background_supervisor and not backends.is_remote(options.backend):
-            background.ensure(self.settings, store.url)  # machines that only a supervisor on this computer relaunches
+            laptop.ensure(self.settings, store.url)  # machines that only a supervisor on this computer relaunches
         watch = getattr(machines, "ensure_watcher", None)  # a cloud's own supervisor: relaunches with the laptop shut
         if callable(watch):
             try:
@@ -609,7 +610,7 @@ class Job:
     def supervise(self) -> State:
         """Relaunch the job if its machine vanished without a verdict (preemption); returns its state.
 
-        Cheap while nothing needs doing; see :mod:`nbburst.client.supervisor` (lease, backoff, history).
+        Cheap while nothing needs doing; see :mod:`nbburst.client.supervision.supervisor` (lease, backoff, history).
         Once the job has ended, makes sure its machine is gone (once per handle)."""
         state = self.supervisor.step()
         if state.terminal and not self._cleaned_up:
@@ -625,14 +626,14 @@ class Job:
     def supervisor(self) -> Supervisor:
         """This handle's supervisor (its lease, relaunch state), made on first use."""
         if self._supervisor is None:
-            from .supervisor import Supervisor
+            from .supervision.supervisor import Supervisor
 
             self._supervisor = Supervisor(self)
         return self._supervisor
 
     def attempts(self) -> list[dict[str, Any]]:
         """The attempts so far, oldest first (state, start, end, machine, message)."""
-        from .supervisor import attempts
+        from .supervision.history import attempts
 
         return attempts(self)
 

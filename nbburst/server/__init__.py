@@ -1,4 +1,4 @@
-"""The Jupyter server extension: a REST API for the "Burst jobs" sidebar, and the hosted supervisor.
+"""The Jupyter server extension: a REST API for the "Burst jobs" sidebar, and the supervision loop.
 
 Enabled by ``jupyter-config/server-config/nbburst.json`` (installed into
 ``etc/jupyter/jupyter_server_config.d``). Settings are nbburst's own
@@ -24,18 +24,18 @@ class NBBurstServer(Configurable):
     """Settings of the nbburst Jupyter server extension."""
 
     supervise = Bool(True, help="Relaunch preempted jobs that no kernel is waiting for.").tag(config=True)
-    supervise_interval = Float(5.0, help="Seconds between two passes of the hosted supervisor.").tag(config=True)
+    supervise_interval = Float(5.0, help="Seconds between two rounds of the supervision loop.").tag(config=True)
     threads = Int(4, help="Threads for Store calls made by the REST API.").tag(config=True)
 
 
 class Extension:
-    """What the extension owns: the jobs manager, its thread pool and the hosted supervisor."""
+    """What the extension owns: the jobs manager, its thread pool and the supervision loop's thread."""
 
     def __init__(self, serverapp: Any):
         from .. import config
         from ..client.burst import Burst
         from .manager import JobsManager
-        from .supervisor_host import HostedSupervisor
+        from .supervision import SupervisionThread
 
         self.serverapp = serverapp
         self.log = serverapp.log
@@ -44,7 +44,7 @@ class Extension:
         self.manager: JobsManager | None = None
         self.problem = ""
         self.where = ""
-        self.supervisor: HostedSupervisor | None = None
+        self.supervision: SupervisionThread | None = None
         try:
             settings = config.load(serverapp.config)
             self.where = config.store_url(settings)
@@ -53,7 +53,7 @@ class Extension:
             self.problem = str(exc)
             self.log.error("nbburst: cannot configure the server extension: %s", exc)
         if self.manager is not None and self.options.supervise:
-            self.supervisor = HostedSupervisor(
+            self.supervision = SupervisionThread(
                 self.manager, self.options.supervise_interval, alive=self._server_alive, log=self.log
             )
         self.stopped = False
@@ -66,17 +66,17 @@ class Extension:
         return loop is None or not loop.is_closed()
 
     def start(self) -> None:
-        if self.supervisor is not None:
-            self.supervisor.start()
+        if self.supervision is not None:
+            self.supervision.start()
         atexit.register(self.stop)
 
     def stop(self) -> None:
-        """Stop the supervisor (after the job in hand) and the thread pool; idempotent."""
+        """Stop the supervision loop (after the job in hand) and the thread pool; idempotent."""
         if self.stopped:
             return
         self.stopped = True
-        if self.supervisor is not None:
-            self.supervisor.stop()
+        if self.supervision is not None:
+            self.supervision.stop()
         self.executor.shutdown(wait=False, cancel_futures=True)
         atexit.unregister(self.stop)
 
@@ -93,9 +93,9 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     web_app.add_handlers(".*$", handlers(web_app.settings["base_url"]))
     extension.start()
     serverapp.log.info(
-        "nbburst: REST API at /nbburst/api/, jobs in %s, hosted supervisor %s",
+        "nbburst: REST API at /nbburst/api/, jobs in %s, supervision loop %s",
         extension.where or "(not configured)",
-        "on" if extension.supervisor else "off",
+        "on" if extension.supervision else "off",
     )
 
 

@@ -591,7 +591,7 @@ def print_checks(checks: list[Any]) -> int:
 
 def cmd_supervise(args: argparse.Namespace) -> int:
     """Relaunch preempted jobs until Ctrl-C or SIGTERM (for a server without the Jupyter extension)."""
-    from ..client import supervisor
+    from ..client.supervision.loop import Loop
 
     burst = session(args)
     stop = threading.Event()
@@ -605,20 +605,19 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     )
     last: dict[str, str] = {}
 
-    def report(job: Any, state: State) -> None:
+    def report(job: Any, state: State, relaunched: bool) -> None:
         shown = f"{state.value}" + (f" (attempt {job.attempt})" if job.attempt > 1 else "")
         if last.get(job.id) != shown:
             last[job.id] = shown
             print(f"{time.strftime('%H:%M:%S')} {job.id} {job.spec.name}: {shown}", flush=True)
 
     try:
+        loop = Loop(burst, interval, report=report)
         if args.once:
-            supervisors: dict[str, Any] = {}
-            supervisor.run_once(burst, supervisors, report)
-            for sup in supervisors.values():
-                sup.lease.release()
+            loop.round()
+            loop.release()
         else:
-            supervisor.run_forever(burst, interval, stop, report)
+            loop.run(stop)
     except KeyboardInterrupt:
         pass
     finally:

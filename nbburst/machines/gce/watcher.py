@@ -9,7 +9,7 @@ sure a watcher runs for its Store (:meth:`Watchers.ensure`), on Google's side:
   a create finds it there already (409) when one runs. Labels ``nbburst-watcher=<hash>`` and
   ``nbburst-owner``, and not ``nbburst=1``: it is no job's machine (``nbburst gc`` judges it apart);
 * its startup script (``vm/watch.sh``) installs the client's nbburst wheel and runs
-  ``python -m nbburst.client.watch``: the same supervisor loop as the local backend's background daemon,
+  ``python -m nbburst.client.supervision.watchervm``: the same supervision loop as every other host,
   against the gs:// Store, as the VMs' service account. It reads each job's key from the job's Secret Manager
   secret (which grants that account access) and acts only on jobs whose key it could read;
 * it deletes its own VM once it has seen no unfinished job for ``c.NBBurst.watcher_idle``, and carries a hard
@@ -19,8 +19,8 @@ sure a watcher runs for its Store (:meth:`Watchers.ensure`), on Google's side:
 
 A watcher that decides to leave says so first in the Store (``watchers/<name>.json``: ``leaving``) and looks at
 the jobs once more; a submission that finds the watcher leaving waits until it is gone and makes a new one. So
-a job submitted while the watcher ends is never left without one. The Lease of each job (client/supervisor.py)
-keeps the watcher and the fast path from relaunching the same attempt twice.
+a job submitted while the watcher ends is never left without one. The Lease of each job
+(client/supervision/supervisor.py) keeps the watcher and the fast path from relaunching the same attempt twice.
 """
 
 from __future__ import annotations

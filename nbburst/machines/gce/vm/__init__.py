@@ -29,8 +29,8 @@ broken boot never idles: the client then shows the serial console tail and delet
 attempt PREEMPTED if the agent could not.
 
 A watcher VM (``watch.sh``): ``watchboot.py`` installs the client's nbburst wheel (with its dependencies
-unless the image has them), then ``python -m nbburst.client.watch`` relaunches the Store's preempted jobs
-until none is left and deletes its VM.
+unless the image has them), then ``python -m nbburst.client.supervision.watchervm`` relaunches the Store's
+preempted jobs until none is left and deletes its VM.
 
 A warm session's VM boots the same way, from the session's own manifest (its key is the session's secret), and
 runs ``python -m nbburst.agent.session.relay`` instead of the agent (:func:`session_startup_script`).

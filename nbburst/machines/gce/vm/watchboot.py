@@ -1,4 +1,5 @@
-"""The bootstrap of a watcher VM: nbburst in a venv on the boot disk, for ``python -m nbburst.client.watch``.
+"""The bootstrap of a watcher VM: nbburst in a venv on the boot disk, for
+``python -m nbburst.client.supervision.watchervm``.
 
 ``python3 watchboot.py BASE``, run by watch.sh at every boot with the image's own Python (standard library
 only: see vmlib.py). The instance metadata names the Store (``nbburst-watch-root``) and the client's nbburst

@@ -1,8 +1,8 @@
 """The supervisor: relaunch a preempted job, one supervisor per job, until it ends.
 
-``Job.supervise()`` is the entry point (a waiting cell calls it on every poll,
-the Jupyter server and ``nbburst supervise`` on every pass, see
-:func:`run_forever`). One step:
+:meth:`Supervisor.step` is the entry point: a waiting cell's ``Job.supervise()``
+calls it on every poll, and every host of the supervision loop (:mod:`.loop`)
+on every round. One step:
 
 1. read the job's state (``Job.derive_state``: a machine that is stopped or
    gone without a terminal state is PREEMPTED, whatever the agent managed to
@@ -36,23 +36,21 @@ import json
 import os
 import random
 import socket
-import threading
 import time
 import uuid
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..machines.base import GONE, STOPPED, NoCapacity, machine_name
-from ..protocol import fence, sealed
-from ..protocol.job import STALE_AFTER_SECONDS, State, Status
-from ..protocol.outcome import error_summary, holds_verdict, timeout_reason
-from ..protocol.signing import SignatureError
-from ..store import AlreadyExists, NotFound
-from ..store.base import elapsed
-from . import workers
+from ...machines.base import GONE, STOPPED, NoCapacity, machine_name
+from ...protocol import fence, sealed
+from ...protocol.job import STALE_AFTER_SECONDS, Resources, State, Status
+from ...protocol.outcome import error_summary, holds_verdict, timeout_reason
+from ...store import AlreadyExists, NotFound
+from ...store.base import elapsed
+from .. import workers
+from .history import history_text
 
 if TYPE_CHECKING:
-    from .burst import Burst, Job
+    from ..burst import Job
 
 LEASE_SECONDS = 30.0
 BACKOFF = (5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 300.0)  # seconds between tries when there is no capacity
@@ -294,7 +292,7 @@ class Supervisor:
             return job.commit(State.FAILED, spent, by="supervisor")
         return None
 
-    def _resources(self, waiting: dict[str, Any] | None) -> Any:
+    def _resources(self, waiting: dict[str, Any] | None) -> Resources:
         resources = self.job.spec.resources
         if waiting:
             changes = {}
@@ -309,19 +307,16 @@ class Supervisor:
     def _zones(self) -> list[str]:
         """Zones to rotate through when there is no capacity (``--zone auto`` only)."""
         job = self.job
-        wanted = job.spec.resources.zone or getattr(job.burst.settings, "zone", "") or ""
+        wanted = job.spec.resources.zone or job.burst.settings.zone
         if wanted != "auto":
             return []
-        fn = getattr(job.machines, "relaunch_zones", None)
-        if callable(fn):
-            try:
-                return list(fn(job.spec))
-            except Exception:
-                return []
-        return list((job.spec.plan or {}).get("extra", {}).get("zones") or [])
+        try:
+            return list(job.machines.relaunch_zones(job.spec))
+        except Exception:
+            return []
 
     def _no_capacity(
-        self, attempt: int, claim: Status, resources: Any, waiting: dict[str, Any] | None, exc: NoCapacity
+        self, attempt: int, claim: Status, resources: Resources, waiting: dict[str, Any] | None, exc: NoCapacity
     ) -> State:
         job, spec = self.job, self.job.spec
         plan = self._load()
@@ -335,7 +330,7 @@ class Supervisor:
             tried.append(zone)
         next_zone = next((z for z in zones if z not in tried), None)
         on_demand = bool((waiting or {}).get("on_demand"))
-        fallback = spec.resources.fallback_on_demand or getattr(job.burst.settings, "fallback_on_demand", False)
+        fallback = spec.resources.fallback_on_demand or job.burst.settings.fallback_on_demand
         if next_zone is None:
             if fallback and not on_demand and not spec.resources.on_demand:
                 on_demand = True  # spot is out everywhere we may go: a standard VM
@@ -379,154 +374,17 @@ class Supervisor:
             self.job.folder.report(str(exc))
             return {"waiting": None, "events": []}
 
-    def _event(self, plan: dict[str, Any], attempt: int, what: str, detail: str, resources: Any) -> None:
+    def _event(self, plan: dict[str, Any], attempt: int, what: str, detail: str, resources: Resources) -> None:
         plan.setdefault("events", []).append(
             {
                 "at": round(time.time(), 3),
                 "attempt": attempt,
                 "event": what,
                 "detail": detail[:300],
-                "zone": getattr(resources, "zone", None),
-                "on_demand": bool(getattr(resources, "on_demand", False)),
+                "zone": resources.zone,
+                "on_demand": resources.on_demand,
                 "by": self.lease.holder,
             }
         )
         plan["events"] = plan["events"][-200:]
         self.job.folder.put_record(self.job.layout.relaunch, json.dumps(plan).encode())
-
-
-# -- history --------------------------------------------------------------------------------------
-
-
-def attempts(job: Job) -> list[dict[str, Any]]:
-    """The job's attempts, oldest first: attempt, state, start, end, seconds, machine, message.
-
-    An attempt that a later one followed without saying how it ended was preempted.
-    """
-    statuses = job.statuses()
-    terminal = job.terminal()
-    derived = job.derive_state()[0] if statuses else State.SUBMITTED
-    rows = []
-    for i, s in enumerate(statuses):
-        last = i == len(statuses) - 1
-        state = s.state
-        end: float | None = s.heartbeat
-        if last and terminal is not None:
-            state, end = terminal.state, terminal.at
-        elif last:
-            state = derived
-            if not derived.terminal and derived != State.PREEMPTED:
-                end = None
-        elif not state.terminal and state != State.PREEMPTED:
-            state = State.PREEMPTED
-        message = terminal.reason if last and terminal is not None else s.message
-        rows.append(
-            {
-                "attempt": s.attempt,
-                "state": state.value,
-                "start": s.started,
-                "end": end,
-                "seconds": round(end - s.started, 1) if end else None,
-                "machine": s.machine,
-                "message": message,
-            }
-        )
-    return rows
-
-
-def history_text(job: Job) -> str:
-    parts = []
-    for row in attempts(job):
-        start = time.strftime("%H:%M:%S", time.localtime(row["start"]))
-        end = time.strftime("%H:%M:%S", time.localtime(row["end"])) if row["end"] else "…"
-        note = f" ({row['message']})" if row["message"] else ""
-        parts.append(f"#{row['attempt']} {row['state']} {start}-{end}{note}")
-    return "; ".join(parts)
-
-
-def timeline(job: Job) -> Any:
-    """:func:`attempts` as a pandas DataFrame with readable times (a list of dicts without pandas)."""
-    rows = attempts(job)
-    try:
-        import pandas as pd
-    except ImportError:
-        return rows
-    frame = pd.DataFrame(rows, columns=["attempt", "state", "start", "end", "seconds", "machine", "message"])
-    for col in ("start", "end"):
-        frame[col] = pd.to_datetime(frame[col], unit="s", utc=True).dt.tz_convert(None).dt.strftime("%H:%M:%S")
-    return frame.set_index("attempt")
-
-
-# -- long-lived supervisor ------------------------------------------------------------------------
-
-
-def run_once(
-    burst: Burst,
-    supervisors: dict[str, Supervisor] | None = None,
-    report: Callable[[Job, State], None] | None = None,
-    ended: set[str] | None = None,
-) -> int:
-    """Step every unfinished job whose key this session has; returns how many were relaunched.
-
-    ``supervisors`` (job id -> its supervisor) holds the unfinished jobs between rounds; ``ended`` the ids of
-    jobs seen ended, which later rounds skip without reading them again."""
-    supervisors = supervisors if supervisors is not None else {}
-    ended = ended if ended is not None else set()
-    relaunched = 0
-    listed = burst.jobs()
-    for gone in set(supervisors) - {job.id for job in listed}:  # deleted meanwhile (nbburst gc)
-        supervisors.pop(gone)
-    for job in listed:
-        if job.id in ended or not burst.keyring.has(job.id):
-            continue  # ended, or someone else's job: they hold its key, they resume it
-        try:
-            sup = supervisors.get(job.id)
-            if sup is None:
-                if job.terminal() is not None:
-                    ended.add(job.id)
-                    continue
-                sup = supervisors[job.id] = Supervisor(job)
-            before = sup.job.attempt
-            state = sup.step()
-        except SignatureError as exc:  # a job this session cannot verify is not one it may act on
-            print(f"nbburst supervise: job {job.id}: {exc}")
-            supervisors.pop(job.id, None)
-            ended.add(job.id)
-            continue
-        except Exception as exc:  # one job's trouble never stops the others
-            print(f"nbburst supervise: job {job.id}: {type(exc).__name__}: {exc}")
-            continue
-        if sup.job.attempt > before:
-            relaunched += 1
-        if report:
-            report(sup.job, state)
-        if state.terminal:
-            supervisors.pop(job.id, None)
-            ended.add(job.id)
-    return relaunched
-
-
-def run_forever(
-    burst: Burst,
-    interval: float = 5.0,
-    stop: threading.Event | None = None,
-    report: Callable[[Job, State], None] | None = None,
-) -> None:
-    """Supervise this session's unfinished jobs every ``interval`` seconds until ``stop`` is set.
-
-    For ``nbburst supervise``: detached jobs get relaunched while no notebook waits for them.
-    On the way out the leases are handed back, so another supervisor takes over at once.
-    """
-    stop = stop or threading.Event()
-    supervisors: dict[str, Supervisor] = {}
-    ended: set[str] = set()
-    try:
-        while not stop.is_set():
-            try:
-                run_once(burst, supervisors, report, ended)
-            except Exception as exc:  # the Store is unreachable: try again next time
-                print(f"nbburst supervise: cannot list jobs: {type(exc).__name__}: {exc}")
-            stop.wait(interval)
-    finally:
-        for sup in supervisors.values():
-            sup.lease.release()

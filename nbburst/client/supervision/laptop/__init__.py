@@ -1,10 +1,19 @@
-"""Starting and stopping the background supervisor of a Store (its program is :mod:`.daemon`).
+"""The background process on this computer: a preempted job is relaunched even when no notebook waits for it.
 
-A submission whose machines only this computer can relaunch calls :func:`ensure`:
-it starts ``python -m nbburst.client.daemon`` detached, in a session of its own,
-unless one already holds the lock ``<state>/supervise/<hash of the Store URL>.lock``.
-The daemon writes its pid there and holds the lock (``flock``) while it lives,
-so the lock also tells who to stop (:func:`stop`).
+A waiting cell supervises its own job and the Jupyter server the others, but a job submitted from a script
+that has since exited, or from a kernel shut down with no server around, would have nobody. So a submission
+whose machines only this computer can relaunch (the local backend) makes sure that one background process
+supervises its Store (:func:`ensure`): ``python -m nbburst.client.supervision.laptop`` (its program is this
+package's ``__main__``), detached in a session of its own, below the notebook's CPU priority, its output in
+``<state>/supervise/``. It runs the supervision loop (:mod:`..loop`) every ``INTERVAL_SECONDS`` and exits once it
+has seen no unfinished job it can act on (one whose key it holds and can verify) for ``IDLE_SECONDS``, on
+SIGTERM, or once its state folder is gone, handing its leases back either way.
+
+One per Store and state folder: it holds an exclusive lock (``flock``) on
+``<state>/supervise/<hash of the Store URL>.lock`` while it lives and writes its pid there, so a second one
+exits at once, :func:`ensure` starts none while one runs, and the lock tells who to stop (:func:`stop`). It is
+one more supervisor among the others (the kernel's fast path, the server): the job's lease keeps them from
+relaunching the same attempt twice.
 """
 
 from __future__ import annotations
@@ -22,8 +31,8 @@ from pathlib import Path
 
 import psutil
 
-from .. import config
-from ..store.base import elapsed
+from .... import config
+from ....store.base import elapsed
 
 STOP_SECONDS = 10.0
 #: How far below the notebook's CPU priority the supervisor runs. It polls once a second and is never in a
@@ -56,7 +65,7 @@ def running(lock: Path) -> int | None:
 
 
 def environment(settings: config.NBBurst, store_url: str) -> dict[str, str]:
-    """This session's effective settings as ``NBBURST_*`` variables, so the daemon sees what it sees."""
+    """This session's effective settings as ``NBBURST_*`` variables, so the background process sees what it sees."""
     env = dict(os.environ)
     for name, entry in config.describe(settings).items():
         if entry["source"] != "default":
@@ -75,7 +84,7 @@ def ensure(settings: config.NBBurst, store_url: str) -> int | None:
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock.with_suffix(".log"), "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "nbburst.client.daemon"],
+            [sys.executable, "-m", "nbburst.client.supervision.laptop"],
             env=environment(settings, store_url),
             stdin=subprocess.DEVNULL,
             stdout=log,

@@ -1,10 +1,10 @@
 """The watcher VM's program: supervise the Store's jobs while no notebook runs, then delete this VM.
 
-``python -m nbburst.client.watch BASE``, run by ``vm/watch.sh`` on the watcher VM that a gce submission made
-sure of (:mod:`nbburst.machines.gce.watcher`). It takes its Store and the client's settings from the
-instance metadata and runs the local backend's background supervisor (:func:`.daemon.serve`: the same loop,
-the same leases) against the gs:// Store, with one step before each round: the key of every unfinished job
-it does not hold yet, read from the job's Secret Manager secret as the VM's service account
+``python -m nbburst.client.supervision.watchervm BASE``, run by ``vm/watch.sh`` on the watcher VM that a gce
+submission made sure of (:mod:`nbburst.machines.gce.watcher`). It takes its Store and the client's settings
+from the instance metadata and runs the supervision loop (:mod:`.loop`: the same loop, the same leases as every
+other host) against the gs:// Store, with one step before each round: the key of every unfinished job it does
+not hold yet, read from the job's Secret Manager secret as the VM's service account
 (:meth:`~nbburst.machines.gce.keysecret.KeySecrets.read`). A job whose key it cannot read is one it can
 neither verify nor act on: it is left to its submitter's supervisors.
 
@@ -18,21 +18,19 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 from typing import TYPE_CHECKING
 
-from .. import config
-from ..machines.gce import watcher
-from ..machines.gce.keysecret import KeySecrets
-from ..machines.gce.machines import GCEMachines
-from ..protocol.durations import parse_duration
-from ..protocol.metadata import metadata
-from ..store.base import elapsed
-from . import daemon
-from .supervisor import Supervisor, run_once
+from ... import config
+from ...machines.gce import watcher
+from ...machines.gce.keysecret import KeySecrets
+from ...machines.gce.machines import GCEMachines
+from ...protocol.durations import parse_duration
+from ...protocol.metadata import metadata
+from ...store.base import elapsed
+from .loop import Loop, stop_on_sigterm
 
 if TYPE_CHECKING:
-    from .burst import Burst
+    from ..burst import Burst
 
 #: Seconds before a job key that could not be read is asked for again (its secret may be made meanwhile).
 RETRY_KEY_SECONDS = 60.0
@@ -89,26 +87,25 @@ def busy(burst: Burst, keys: Keys) -> bool:
     """One more round: whether any unfinished job is there to watch (its lease handed back at once)."""
     keys.refused.clear()  # a key refused a moment ago may be readable now: its job's launch made the secret
     keys(burst)
-    supervisors: dict[str, Supervisor] = {}
-    run_once(burst, supervisors)
-    for sup in supervisors.values():
-        sup.lease.release()
-    return bool(supervisors)
+    loop = Loop(burst)
+    loop.round()
+    loop.release()
+    return bool(loop.supervisors)
 
 
 def main(argv: list[str]) -> int:
     base = argv[0] if argv else os.environ.get("NBBURST_HOME", os.getcwd())
     name = configure(base)
     settings = config.load()
-    from .burst import Burst
+    from ..burst import Burst
 
     burst = Burst(settings)
     keys = Keys(key_secrets(settings))
     idle = parse_duration(settings.watcher_idle, "watcher_idle")
-    stopping = threading.Event()
+    stopping = stop_on_sigterm()
     watcher.say_state(burst.store, name, "watching")
     while True:
-        daemon.serve(settings.watcher_interval, idle, before_round=keys, stopping=stopping)
+        Loop(burst, settings.watcher_interval, idle=idle, before_round=keys).serve(stopping)
         if stopping.is_set():
             return 0  # the VM is stopping or being deleted: nothing to add
         watcher.say_state(burst.store, name, "leaving")
