@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import dis
 import re
 import symtable
 import types
@@ -242,9 +243,11 @@ def capture(
             result.modules[name] = value.__name__
         else:
             result.values[name] = value
-    outputs = [n for n in analysis.assigns if not _HISTORY.match(n)]
+    rebound, unbound = _globals_bound_by_functions(result.values.values(), namespace)
+    outputs = [n for n in [*analysis.assigns, *rebound] if not _HISTORY.match(n)]
+    outputs = list(dict.fromkeys(outputs))
     if out is not None:
-        unknown = [n for n in out if n not in analysis.assigns and n not in analysis.reads]
+        unknown = [n for n in out if n not in analysis.assigns and n not in analysis.reads and n not in rebound]
         if unknown and not analysis.dynamic:
             raise UsageError(
                 f"--out: the cell never assigns {', '.join(map(repr, unknown))}; "
@@ -253,10 +256,68 @@ def capture(
         result.outputs = list(out)
     else:
         result.outputs = outputs
-    result.deletes = list(analysis.deletes)  # the machine reports which are really gone
+    result.deletes = sorted({*analysis.deletes, *unbound})  # the machine reports which are really gone
     result.submodules = loaded_submodules(_packages(tree, result))
     result.files = _files_named(tree, result.values.values())
     return result
+
+
+def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_objects(const)
+
+
+def _functions_of(value: Any) -> list[types.FunctionType]:
+    """The notebook functions ``value`` is or holds as code: itself, a bound method's, a notebook class's."""
+    if isinstance(value, types.MethodType):
+        value = value.__func__
+    if isinstance(value, types.FunctionType):
+        return [value] if value.__module__ == "__main__" else []
+    cls = value if isinstance(value, type) else type(value)
+    if cls.__module__ != "__main__":
+        return []
+    found = []
+    for klass in cls.__mro__:
+        for attr in vars(klass).values():
+            attr = getattr(attr, "__func__", attr)  # staticmethod, classmethod
+            found += [attr.fget, attr.fset, attr.fdel] if isinstance(attr, property) else [attr]
+    return [f for f in found if isinstance(f, types.FunctionType) and f.__module__ == "__main__"]
+
+
+def _globals_bound_by_functions(values: Any, namespace: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(names assigned, names deleted) through ``global`` by the notebook functions the cell may call: the ones
+    it reads, and those these read, at any depth. Run in the kernel, ``bump()`` rebinds ``counter`` there; the
+    cell's syntax never shows it, so these names come back as outputs (or are deleted) as the cell's own."""
+    assigned: dict[str, None] = {}
+    deleted: dict[str, None] = {}
+    seen: set[int] = set()
+    pending = [f for v in values for f in _functions_of(v)]
+    while pending:
+        function = pending.pop()
+        if id(function) in seen:
+            continue
+        seen.add(id(function))
+        closure = [c.cell_contents for c in function.__closure__ or () if _filled(c)]
+        pending += [f for v in closure for f in _functions_of(v)]
+        for code in _code_objects(function.__code__):
+            for instruction in dis.get_instructions(code):
+                if instruction.opname == "STORE_GLOBAL":
+                    assigned.setdefault(instruction.argval)
+                elif instruction.opname == "DELETE_GLOBAL":
+                    deleted.setdefault(instruction.argval)
+                elif instruction.opname == "LOAD_GLOBAL" and instruction.argval in namespace:
+                    pending += _functions_of(namespace[instruction.argval])
+    return list(assigned), list(deleted)
+
+
+def _filled(cell: types.CellType) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 (an empty cell raises)
+    except ValueError:
+        return False
+    return True
 
 
 def _strings(tree: ast.AST, values: Any) -> Iterator[str]:

@@ -81,21 +81,30 @@ class Inputs:
         The values are the outputs plus every input still bound to the object it
         arrived as whose content changed (unless ``--out`` left it out). An input
         rebound or deleted goes back only if an output holds it.
+
+        An object bound to a name of its own is judged by its own fingerprint
+        before any input that holds it: a notebook function's fingerprint leaves
+        out its globals, so the RNG or cache it reads through them looks
+        unchanged inside it whatever the cell did to it.
         """
         changed: dict[str, Any] = {}
         refs: dict[int, transfer.Address] = {}
         adopt: dict[int, transfer.Address] = {}
+        verdicts: dict[str, bool] = {}
         for name, (obj, fp) in self.arrived.items():
-            bound = ns.get(name) is obj
-            unchanged = transfer.fingerprint(obj) == fp
-            if bound:
-                (refs if unchanged else adopt)[id(obj)] = name
-            if bound and not unchanged and name not in outputs and (self.returns is None or name in self.returns):
+            verdicts[name] = unchanged = transfer.fingerprint(obj) == fp
+            if ns.get(name) is not obj:
+                continue
+            (refs if unchanged else adopt)[id(obj)] = name
+            if not unchanged and name not in outputs and (self.returns is None or name in self.returns):
                 changed[name] = obj
+        for name, unchanged in verdicts.items():
             for index, inside in self.inner[name].items():
+                if id(inside) in refs or id(inside) in adopt:
+                    continue
                 address = (name, index)
                 same = unchanged or self.arrays.get(address, "") == transfer.fingerprint(inside)
-                (refs if same else adopt).setdefault(id(inside), address)
+                (refs if same else adopt)[id(inside)] = address
         return {**changed, **outputs}, refs, adopt
 
 
