@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import posixpath
 import re
 import sys
 from collections.abc import Callable
@@ -62,9 +63,11 @@ def parse_names(value: str | list[str] | tuple[str, ...] | None, option: str = "
 
 def file_destination(raw: str) -> str:
     """Where ``--files PATH`` lands in the cell's working folder: a relative path as given (inside the
-    folder), any other path by its file name."""
+    folder), any other path by its file name. The relative path is normalised (``./data/x.csv`` and
+    ``data//x.csv`` are ``data/x.csv``), so one file has one name on both sides: the machine tells the
+    files the cell wrote from the ones it was given by that name."""
     path = Path(raw).expanduser()
-    return raw if not path.is_absolute() and ".." not in path.parts else path.name
+    return posixpath.normpath(raw) if not path.is_absolute() and ".." not in path.parts else path.name
 
 
 def parse_files(paths: list[str] | None) -> list[str]:
@@ -313,7 +316,7 @@ class Options:
     files: list[str] = field(default_factory=list)
     resume: str | None = None  # a job whose latest checkpoints this one begins with
     budget_usd: float | None = None  # what the job's machines may cost in all
-    session: str | None = None  # the warm session the cell runs on (client/session.py)
+    session: str | None = None  # the warm session the cell runs on (client/session/)
 
     @classmethod
     def build(cls, **given: Any) -> Options:

@@ -5,11 +5,20 @@ its payloads the same wherever a function was defined. A function from the noteb
 from a file beside it) that raises on the machine would then show neither its file nor
 its lines in the traceback that comes back. The machine gets the file's lines with the
 cell (client/burst.py registers them with :mod:`linecache`), so the name is what matters.
+
+cloudpickle also ships a class or function by value when the module its ``__module__`` names
+is not imported yet, which installed packages do on purpose: numpy 2 names ``np.recarray``'s
+module ``numpy.rec``, a module it imports only when asked. A value of such a class then came
+back as an instance of a copy of the class (``type(x) is np.recarray`` false, its methods
+failing on ``super()``). The pickler imports that module first, so the class goes by reference
+as it would had the module been imported.
 """
 
 from __future__ import annotations
 
+import importlib
 import io
+import sys
 import types
 from collections import ChainMap
 from typing import Any
@@ -29,10 +38,29 @@ def rebuild_code(args: tuple[Any, ...], filename: str) -> types.CodeType:
     return types.CodeType(*args).replace(co_filename=filename)
 
 
+_UNIMPORTABLE: set[str] = set()  # modules named by ``__module__`` that failed to import once
+
+
+def _import_home(obj: type | types.FunctionType) -> None:
+    """Import the module a class or function says it lives in, when that is not done yet."""
+    name = obj.__module__
+    if not isinstance(name, str) or name in sys.modules or name == "__main__" or name in _UNIMPORTABLE:
+        return
+    try:
+        importlib.import_module(name)
+    except Exception:  # not a module (a made-up name): cloudpickle ships the object by value, as before
+        _UNIMPORTABLE.add(name)
+
+
 class Pickler(cloudpickle.Pickler):
-    """cloudpickle's pickler; code objects keep their file's name."""
+    """cloudpickle's pickler; code objects keep their file's name, classes of installed packages go by name."""
 
     dispatch_table = ChainMap({types.CodeType: _code_reduce}, *cloudpickle.Pickler.dispatch_table.maps)
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, (type, types.FunctionType)):
+            _import_home(obj)
+        return super().reducer_override(obj)
 
 
 def dumps(value: Any, protocol: int = 5, buffer_callback: Any = None) -> bytes:

@@ -1,0 +1,65 @@
+"""Patterns every notebook has, found in real notebooks outside the corpus: what the cell shows, the types of
+what comes back, and the files it reads, the same under %%burst as plainly.
+
+Each cell runs plainly and then under %%burst in one real kernel (nbclient, local backend), on a new machine
+per cell and on a warm session.
+"""
+
+from __future__ import annotations
+
+import pytest
+from support.pairs import assert_same, run_pairs
+
+from nbburst.client.burst import Burst
+
+pytestmark = pytest.mark.timeout(600)
+MODES = pytest.mark.parametrize("session", [False, True], ids=["own-machine", "session"])
+
+# Classes of installed packages come back as themselves, also when the module their __module__ names is one
+# the package imports only on demand (numpy 2's np.recarray says numpy.rec).
+SUBCLASSES = [
+    "import numpy as np\ndata = np.zeros(3, dtype=[('a', 'i4'), ('b', 'f8')])",
+    "data_rec = data.view(np.recarray)\n"
+    "masked = np.ma.masked_array([1, 2, 3], mask=[0, 1, 0])\n"
+    "matrix = np.asmatrix(np.eye(2))\n"
+    "chars = np.char.array(['ab', 'cd'])\n"
+    "print(data_rec.a, masked.sum(), matrix.I.sum(), chars.upper())",
+]
+SUBCLASS_CHECK = (
+    "print(type(data_rec) is np.recarray, type(masked) is np.ma.MaskedArray, type(matrix) is np.matrix, "
+    "type(chars) is np.char.chararray)\nprint(data_rec.b.sum(), masked.mean(), (matrix @ matrix).sum())"
+)
+
+
+@MODES
+def test_numpy_subclasses_come_back_as_their_own_class(burst_env, tmp_path, session):
+    pairs, (after,) = run_pairs(SUBCLASSES, tmp_path, then=(SUBCLASS_CHECK,), session=session)
+    assert_same(pairs, SUBCLASSES)
+    assert after["outputs"] == [("stream", "stdout", "True True True True\n0.0 2.0 2.0\n")]
+
+
+# A file the cell reads is sent with it, whatever way its path is written; one it only read is never taken
+# for one it wrote (which would come back over the kernel's copy).
+READS = [
+    "import pandas as pd\n"
+    "a = pd.read_csv('./data/trips.csv')\n"
+    "b = pd.read_csv('data//trips.csv')\n"
+    "c = open('./notes.txt').read()\n"
+    "print(len(a), len(b), c)",
+]
+
+
+@MODES
+def test_files_read_by_any_spelling_of_their_path_are_inputs_not_results(burst_env, tmp_path, session):
+    folder = tmp_path / "notebook"
+    (folder / "data").mkdir(parents=True)
+    trips, notes = folder / "data" / "trips.csv", folder / "notes.txt"
+    trips.write_text("a,b\n1,2\n3,4\n")
+    notes.write_text("hello")
+    stamps = {path: path.stat().st_mtime_ns for path in (trips, notes)}
+    pairs, (listing,) = run_pairs(READS, folder, then=("import os\nprint(sorted(os.listdir()))",), session=session)
+    assert_same(pairs, READS)
+    assert pairs[0][1]["outputs"] == [("stream", "stdout", "2 2 hello\n")]
+    assert {path: path.stat().st_mtime_ns for path in stamps} == stamps  # nothing came back over them
+    assert listing["outputs"] == [("stream", "stdout", "['data', 'notes.txt']\n")]
+    assert [job.files() for job in Burst().jobs()] == [{}]  # the machine kept none of them as the cell's
