@@ -1,5 +1,8 @@
 """The REST API of the Jupyter server extension, against real local jobs (pytest-jupyter's ``jp_fetch``).
 
+Its specification is docs/rest-api.md: every route and every key of the answers are checked to be there, and
+the sidebar's types (labextension/src/wire.ts) follow it.
+
 pytest-jupyter's fixtures are imported into this module only (not registered
 as a plugin): its plugin would otherwise put an event loop and a ServerApp
 cleanup around every test of the suite. The tests are synchronous and drive
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import http.server
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -26,6 +30,7 @@ import nbburst.server
 from nbburst.client.burst import Burst, Job
 from nbburst.client.capture import capture
 
+#: The keys the sidebar cannot do without in a job's summary (docs/rest-api.md, "Job", has them all).
 INFO_KEYS = {
     "id",
     "name",
@@ -43,6 +48,7 @@ INFO_KEYS = {
     "progress",
     "message",
 }
+SPEC = Path(__file__).resolve().parents[1] / "docs" / "rest-api.md"
 PRINTER = """\
 import time
 for i in range(4):
@@ -103,6 +109,17 @@ class Api:
 def api(jp_serverapp, jp_fetch, jp_asyncio_loop):
     yield Api(jp_asyncio_loop, jp_fetch)
     nbburst.server.stop(jp_serverapp)
+
+
+def spec_routes() -> set[tuple[str, str]]:
+    """``(method, path)`` of every route the specification describes (its ``### `GET /nbburst/...``` headings)."""
+    return set(re.findall(r"^### `([A-Z]+) (/nbburst/\S+)`$", SPEC.read_text(), re.M))
+
+
+def spec_keys(title: str) -> set[str]:
+    """The keys of the specification's object ``title``: the first column of its table under ``### title``."""
+    section = SPEC.read_text().split(f"\n### {title}\n", 1)[1].split("\n#", 1)[0]
+    return set(re.findall(r"^\| `(\w+)` \|", section, re.M))
 
 
 def submit_sleeper(burst: Burst, seconds: float = 60, name: str | None = None) -> Job:
@@ -253,6 +270,7 @@ def test_sessions_are_listed_with_their_cost_and_stopped(api, store_env):
             "cells": 0,
         }
         assert listed["cost_usd"] >= 0 and listed["until"] > time.time() > listed["started"]
+        assert set(listed) == spec_keys("Session")
         assert api.call("sessions", headers={"Authorization": ""}, status=403)["message"] == "Forbidden"
         stopped = api.call("sessions", "side", "stop", method="POST")
         assert (stopped["name"], stopped["state"]) == ("side", "STOPPED")
@@ -404,3 +422,36 @@ def test_dask_dashboard_is_proxied_from_the_verified_cluster_record(api, store_e
     job.store.put(job.layout.cluster(2), json.dumps(forged).encode())
     answer = fetch("status")
     assert answer.code == 302 and answer.headers["Location"] == f"http://127.0.0.1:{port}/status", answer.body
+
+
+def test_the_specification_describes_every_route():
+    from nbburst.server.handlers import handlers
+
+    served = set()
+    for pattern, handler in handlers("/"):
+        path = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", pattern).replace("/?{", "/{").removesuffix("/?")
+        served |= {
+            (method.upper(), path) for method in ("get", "post", "put", "patch", "delete") if method in vars(handler)
+        }
+    assert ("GET", "/nbburst/api/jobs/{ref}/logs") in served and ("GET", "/nbburst/dask/{ref}/{path}") in served
+    assert served == spec_routes()
+
+
+def test_the_specification_names_every_key_of_the_answers(api, store_env):
+    from nbburst.client.burst import unverified_info
+    from nbburst.protocol import budget, signing
+
+    burst = Burst()
+    job = burst.submit(nbburst.progress, 3, 10, "fits", options=burst.options(name="spec"))
+    assert job.wait(30).value == "SUCCEEDED"
+    detail = api.get("jobs", "spec")
+    assert set(detail) == (spec_keys("Job") - {"unverified"}) | {"attempts"}
+    assert set(api.get("jobs")["jobs"][0]) == spec_keys("Job") - {"unverified"}
+    assert set(unverified_info(job.id, signing.NoKey("no key for the job"))) == spec_keys("Job") - {"workers"}
+    assert spec_keys("Job") >= INFO_KEYS
+    assert set(detail["machine"]) == spec_keys("Machine")
+    assert set(detail["progress"]) == spec_keys("Progress")
+    assert [set(a) for a in detail["attempts"]] == [spec_keys("Attempt")]
+    assert set(budget.view(2.5, 0.5)) == spec_keys("Budget")
+    assert set(api.get("jobs", job.id, "logs")) == spec_keys("Log slice")
+    assert set(api.call("jobs", job.id, method="DELETE")) == {"id", "state"}
