@@ -36,14 +36,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from nbburst.protocol import dist
+    from nbburst.protocol.uvprogram import uv_program
     from nbburst.testing.pypi import PackageIndex
 
     for module in ("numpy", "pandas", "sklearn"):
         importlib.import_module(module)
     pins = [f"{name}=={version}" for name, version in dist.requirements("import numpy, pandas, sklearn").items()]
-    uv = shutil.which("uv")
+    uv = uv_program()
     if uv is None:
-        raise SystemExit("no uv on the PATH (pip install uv)")
+        raise SystemExit(f"no uv in this Python's environment nor on the PATH ({sys.executable} -m pip install uv)")
     base = Path(tempfile.mkdtemp(prefix="nbburst-bench-install-"))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "VIRTUAL_ENV")}
     times: dict[str, list[float]] = {"pip": [], "uv": []}

@@ -25,7 +25,6 @@ import io
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from nbburst.protocol import dist, env
+from nbburst.protocol.uvprogram import uv_program
 
 __all__ = ["PackageIndex"]
 
@@ -131,10 +131,14 @@ class PackageIndex:
                 self._sources.setdefault(info.name, lambda n=info.name: dist.installed_wheel(n))
 
     def add_uv(self) -> str:
-        """Serve this machine's uv program as uv's wheel for Linux on this CPU; its version."""
-        program = shutil.which("uv")
+        """Serve this environment's uv program (see :func:`nbburst.protocol.uvprogram.uv_program`) as uv's wheel
+        for Linux on this CPU; its version."""
+        program = uv_program()
         if program is None:
-            raise FileNotFoundError("no uv program on the PATH (pip install uv)")
+            raise FileNotFoundError(
+                f"no uv program in this Python's environment ({sys.prefix}) nor on the PATH: "
+                f"install it with {sys.executable} -m pip install uv (or pip install 'nbburst[emulator]')"
+            )
         version = subprocess.run([program, "--version"], capture_output=True, text=True, check=True).stdout.split()[1]
         tag = f"py3-none-manylinux_2_17_{platform.machine()}"
         dist_info = f"uv-{version}.dist-info"
