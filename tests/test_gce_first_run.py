@@ -70,6 +70,7 @@ def run_cell(burst, emu, code, **options):
 
 
 @pytest.mark.compute_emulator(operation_delay=0.02)
+@pytest.mark.timeout(2 * 360)  # two VMs, each given run_cell's deadline: a loaded machine installs slowly
 def test_first_run_from_a_stock_image_then_the_stored_environment(stock_env, compute_emulator):
     burst = Burst()
     first, values, console = run_cell(burst, compute_emulator, CELL, image=UBUNTU_2404)
