@@ -6,8 +6,8 @@ notebook's versions, each with its requirement and package index. Here the agent
 installs those that are missing or at another version, without their
 dependencies, into the environment it runs in (on Compute Engine the venv on the
 boot disk; with pip when that environment has it, an image prepared with the
-packages, else with uv, which the bootstrap put on the PATH), logs what it
-installs to the job log, and then starts itself again so that nothing keeps
+packages, else with uv: the environment's own, or the one the bootstrap put on
+the PATH, see :mod:`nbburst.protocol.uvprogram`), logs what it installs to the job log, and then starts itself again so that nothing keeps
 running with the old versions already imported. On a stock image the bootstrap
 has installed them already, and there is nothing to do.
 
@@ -39,6 +39,7 @@ from ...protocol import envcache
 from ...protocol.dist import verify_manifest
 from ...protocol.env import package_differences
 from ...protocol.job import ENV_ATTEMPT, JobLayout
+from ...protocol.uvprogram import uv_program
 from ...store import AlreadyExists, NotFound, Store
 
 #: Set in the environment of the restarted agent, so a package that will not install is tried once.
@@ -62,9 +63,9 @@ def install_command(requirements: list[str], index: str | None = None) -> list[s
     """The command that installs ``requirements`` without their dependencies into this environment: pip when
     it has pip, else uv."""
     source = ["--index-url", index] if index else []
-    if importlib.util.find_spec("pip") is None and shutil.which("uv"):
-        uv = [shutil.which("uv") or "uv", "pip", "install", "--no-config", "--python", sys.executable, "--no-deps"]
-        return uv + source + requirements
+    uv = uv_program() if importlib.util.find_spec("pip") is None else None
+    if uv is not None:
+        return [uv, "pip", "install", "--no-config", "--python", sys.executable, "--no-deps"] + source + requirements
     cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check"]
     cmd += ["--no-warn-script-location", "--progress-bar", "off"]
     home = os.environ.get("NBBURST_HOME")
