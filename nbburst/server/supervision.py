@@ -57,7 +57,7 @@ class SupervisionThread:
     def start(self) -> SupervisionThread:
         if not self.running:
             self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="nbburst-supervisor", daemon=True)
+            self._thread = threading.Thread(target=self._run, name="nbburst-supervision", daemon=True)
             self._thread.start()
         return self
 
