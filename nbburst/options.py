@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import UsageError
-from .protocol import backends
+from .protocol import backends, workfiles
 from .protocol.budget import parse_budget
 from .protocol.durations import parse_duration
 from .protocol.job import Resources
@@ -62,12 +62,16 @@ def parse_names(value: str | list[str] | tuple[str, ...] | None, option: str = "
 
 
 def file_destination(raw: str) -> str:
-    """Where ``--files PATH`` lands in the cell's working folder: a relative path as given (inside the
-    folder), any other path by its file name. The relative path is normalised (``./data/x.csv`` and
-    ``data//x.csv`` are ``data/x.csv``), so one file has one name on both sides: the machine tells the
-    files the cell wrote from the ones it was given by that name."""
+    """Where ``--files PATH`` lands, relative to the cell's working folder: a relative path where the cell
+    finds it (``../data/x.csv`` too, up to ``workfiles.UP_LIMIT`` folders up), any other path by its file
+    name. The relative path is normalised (``./data/x.csv`` and ``data//x.csv`` are ``data/x.csv``), so
+    one file has one name on both sides: the machine tells the files the cell wrote from the ones it was
+    given by that name."""
     path = Path(raw).expanduser()
-    return posixpath.normpath(raw) if not path.is_absolute() and ".." not in path.parts else path.name
+    if path.is_absolute():
+        return path.name
+    rel = posixpath.normpath(raw)
+    return rel if workfiles.levels_up(rel) <= workfiles.UP_LIMIT else path.name
 
 
 def parse_files(paths: list[str] | None) -> list[str]:

@@ -63,3 +63,41 @@ def test_files_read_by_any_spelling_of_their_path_are_inputs_not_results(burst_e
     assert {path: path.stat().st_mtime_ns for path in stamps} == stamps  # nothing came back over them
     assert listing["outputs"] == [("stream", "stdout", "['data', 'notes.txt']\n")]
     assert [job.files() for job in Burst().jobs()] == [{}]  # the machine kept none of them as the cell's
+
+
+# Teaching material keeps notebooks/ beside data/: a cell reads ../data/x.csv, and finds it on the machine too,
+# in a working folder named as the notebook's (the folders the path climbs through keep their names).
+CLIMBS = [
+    "import os\nimport pandas as pd\n"
+    "trips = pd.read_csv('../data/trips.csv')\n"
+    "shared = open('../../shared/notes.txt').read()\n"
+    "print(len(trips), shared, os.path.basename(os.getcwd()), sorted(os.listdir('..')))",
+]
+
+
+@MODES
+def test_files_read_from_folders_above_the_notebook_are_where_the_cell_looks(burst_env, tmp_path, session):
+    project = tmp_path / "shared-root" / "project"
+    (project / "notebooks").mkdir(parents=True)
+    (project / "data").mkdir()
+    (tmp_path / "shared-root" / "shared").mkdir()
+    (project / "data" / "trips.csv").write_text("a,b\n1,2\n3,4\n")
+    (tmp_path / "shared-root" / "shared" / "notes.txt").write_text("hello")
+    pairs, _ = run_pairs(CLIMBS, project / "notebooks", session=session)
+    assert_same(pairs, CLIMBS)
+    assert pairs[0][1]["outputs"] == [("stream", "stdout", "2 hello notebooks ['data', 'notebooks']\n")]
+    assert [job.files() for job in Burst().jobs()] == [{}]
+
+
+def test_a_relative_path_lands_where_the_cell_finds_it_and_names_the_folders_it_climbs(tmp_path):
+    from nbburst.options import file_destination
+    from nbburst.protocol.workfiles import UP_LIMIT, workdir_tail
+
+    assert file_destination("./data//x.csv") == "data/x.csv"
+    assert file_destination("../data/./x.csv") == "../data/x.csv"
+    assert file_destination("../" * (UP_LIMIT + 1) + "x.csv") == "x.csv"  # too far up: by its name, as before
+    assert file_destination(str(tmp_path / "y.csv")) == "y.csv"
+    cwd = tmp_path / "a" / "b" / "c"
+    assert workdir_tail(cwd, ["x.csv", "data/y.csv"]) == []
+    assert workdir_tail(cwd, ["../x.csv", "../../d/y.csv"]) == ["b", "c"]
+    assert workdir_tail(type(cwd)("/top"), ["../../x.csv"]) == ["up1", "top"]

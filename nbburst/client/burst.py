@@ -24,7 +24,7 @@ from ..errors import CaptureError, JobCancelled, JobFailed, JobNotFound, RemoteE
 from ..machines import Machines, open_machines
 from ..machines.base import GONE, STOPPED, machine_name
 from ..options import CELL_OPTIONS, Options, api_keywords, file_destination, split_api_options
-from ..protocol import backends, budget, fence, payload, pricing, signing, transfer
+from ..protocol import backends, budget, fence, payload, pricing, signing, transfer, workfiles
 from ..protocol import state as process_state
 from ..protocol.env import manifest, manifest_json
 from ..protocol.folder import JobFolder
@@ -221,6 +221,7 @@ class Burst:
             outputs=outputs,
             deleted=deletes,
             files=sorted(files),
+            workdir_tail=workfiles.workdir_tail(Path.cwd(), files),
             owner=config.owner(self.settings),
             client_version=__version__,
             python=manifest()["python"],

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import dis
+import posixpath
 import re
 import symtable
 import types
@@ -27,6 +28,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..options import Options, file_destination
+from ..protocol import workfiles
 from ..protocol.imports import loaded_submodules
 from ..protocol.transfer import names_in
 from .cellcode import check_syntax, dynamic, embedded, written_files
@@ -334,15 +336,15 @@ def _strings(tree: ast.AST, values: Any) -> Iterator[str]:
 
 
 def _files_named(tree: ast.AST, values: Any) -> list[str]:
-    """Relative paths, among the strings the cell may use, of files in the kernel's working folder (not the
-    ones its ``%%writefile`` writes)."""
+    """Relative paths, among the strings the cell may use, of files in or near the kernel's working folder
+    (``../data/x.csv`` too; not the ones its ``%%writefile`` writes)."""
     found: dict[str, None] = {}
     written = written_files(tree)
     for text in _strings(tree, values):
         if text in written or not text.strip() or len(text) > 1024 or "\n" in text or text.startswith("~"):
             continue
         path = Path(text)
-        if path.is_absolute() or ".." in path.parts:
+        if path.is_absolute() or workfiles.levels_up(posixpath.normpath(text)) > workfiles.UP_LIMIT:
             continue  # an absolute path is the same on this computer; elsewhere, --files says where it goes
         try:
             if path.is_file() and path.stat().st_size <= NAMED_FILE_LIMIT:

@@ -179,6 +179,7 @@ class JobSpec:
     outputs: list[str] | None  # names to send back; None = all assigned names
     deleted: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    workdir_tail: list[str] = field(default_factory=list)  # the cell's working folder's own and parents' names
     owner: str = ""
     created: float = field(default_factory=time.time)
     client_version: str = ""

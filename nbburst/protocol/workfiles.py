@@ -10,6 +10,12 @@ files the cell created or changed in the job's folder in the Store::
 The manifest is written after every file it names, so a reader that finds it
 finds them all. Paths are relative, with ``/``; one that could leave the
 folder it is fetched into is refused on both sides.
+
+The files a cell reads go the other way (``--files``, and the paths the cell names): each lands on
+the machine where the cell looks for it, relative to its working folder, ``../data/x.csv`` too, as
+teaching material lays out notebooks/ beside data/. For those the cell's working folder sits as
+many folders deep in the job's folder as the highest such path climbs, under the names the
+notebook's own folders have (:func:`workdir_tail`), so ``..`` stays inside the job's folder.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from typing import Any
 from .job import JobLayout
 
 MANIFEST = "files/manifest.json"
+#: How many folders above the notebook's a file the cell reads may be and still land at its place.
+UP_LIMIT = 3
 TREE = "files/tree/"
 
 
@@ -39,6 +47,28 @@ def check_rel(rel: str) -> str:
     if not rel or rel.startswith("/") or "\\" in rel or any(p in ("", ".", "..") for p in parts):
         raise ValueError(f"not a path inside the working folder: {rel!r}")
     return rel
+
+
+def levels_up(rel: str) -> int:
+    """How many folders a normalised relative path climbs before it goes down (``../../a/b``: 2)."""
+    parts = rel.split("/")
+    return next((i for i, part in enumerate(parts) if part != ".."), len(parts))
+
+
+def workdir_tail(cwd: Path, files: Iterable[str]) -> list[str]:
+    """The last folders of the notebook's working folder ``cwd`` that the files' ``..`` climb through: the
+    names the cell's working folder and its parents get on the machine (none when no file climbs)."""
+    depth = max((levels_up(rel) for rel in files), default=0)
+    names = list(cwd.parts[1:])[-depth:] if depth else []
+    return [f"up{i}" for i in range(depth - len(names), 0, -1)] + names  # above the root: any names
+
+
+def check_tail(tail: list[str]) -> list[str]:
+    """``tail`` if every entry is a plain folder name; ValueError otherwise."""
+    for name in tail:
+        if not name or "/" in name or "\\" in name or name in (".", ".."):
+            raise ValueError(f"not a folder name: {name!r}")
+    return tail
 
 
 @dataclass

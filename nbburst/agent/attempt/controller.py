@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...protocol import budget, fence, payload, processes, signing
+from ...protocol import budget, fence, payload, processes, signing, workfiles
 from ...protocol.env import python_mismatch
 from ...protocol.folder import JobFolder
 from ...protocol.job import (
@@ -234,10 +234,11 @@ class Agent:
             return self._finish()
         self.sweep(lambda n: n < self.attempt)  # an earlier attempt's leftovers on this machine
         self.pin()
-        workdir = os.path.join(os.getcwd(), "work", self.spec.job_id)
+        # As deep in the job's folder as the cell's ../ files climb (protocol/workfiles.py: workdir_tail).
+        workdir = os.path.join(os.getcwd(), "work", self.spec.job_id, *workfiles.check_tail(self.spec.workdir_tail))
         os.makedirs(workdir, exist_ok=True)
         self.workdir = workdir
-        files.baseline(Path(workdir))  # what the cell finds there: only what it creates or changes comes back
+        files.baseline(Path(workdir), self.spec)  # what the cell finds there: only what it creates or changes comes back
         checkpoints = local_root(workdir)
         handoff = Handoff(os.path.join(os.getcwd(), "work", f".{self.spec.job_id}.verdict"), self.folder, self.attempt)
         handoff.clear()

@@ -45,13 +45,16 @@ def _walk(workdir: Path) -> dict[str, os.stat_result]:
     return found
 
 
-def _baseline_path(workdir: Path) -> Path:
-    return workdir.parent / f".{workdir.name}.files-baseline.json"
+def _baseline_path(workdir: Path, spec: JobSpec) -> Path:
+    """Beside the job's folder, out of the cell's sight (its working folder may sit deeper in the job's folder,
+    see ``JobSpec.workdir_tail``: the cell lists those folders too)."""
+    top = workdir.parents[len(spec.workdir_tail) - 1] if spec.workdir_tail else workdir
+    return top.parent / f".{top.name}.files-baseline.json"
 
 
-def baseline(workdir: Path) -> None:
+def baseline(workdir: Path, spec: JobSpec) -> None:
     """Note what the working folder holds before the cell (once per disk: a restarted machine keeps it)."""
-    path = _baseline_path(workdir)
+    path = _baseline_path(workdir, spec)
     if not path.exists():
         stats = {rel: [st.st_size, st.st_mtime_ns] for rel, st in _walk(workdir).items()}
         tmp = path.with_name(path.name + ".tmp")
@@ -78,7 +81,7 @@ def _sent(store: Store, folder: JobFolder, spec: JobSpec) -> dict[str, str]:
 def keep(folder: JobFolder, spec: JobSpec, workdir: Path, attempt: int) -> int:
     """Upload the files the cell created or changed, then their manifest; returns how many."""
     try:
-        before = {rel: tuple(v) for rel, v in json.loads(_baseline_path(workdir).read_text()).items()}
+        before = {rel: tuple(v) for rel, v in json.loads(_baseline_path(workdir, spec).read_text()).items()}
     except FileNotFoundError:
         before = {}
     sent = _sent(folder.store, folder, spec)

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from ...protocol import payload, signing, transfer
+from ...protocol import payload, signing, transfer, workfiles
 from ...protocol.job import JobLayout, JobSpec, blob_key
 from ...store import Store
 from ..linebuffered import install as install_line_buffering
@@ -49,6 +49,8 @@ def materialise_files(store: Store, layout: JobLayout, spec: JobSpec) -> None:
     if payload.digest_bytes(raw) != spec.digests.get("files.json"):
         raise signing.SignatureError("files.json does not match the signed job spec")
     for rel, digest in json.loads(raw).items():
+        if os.path.isabs(rel) or workfiles.levels_up(os.path.normpath(rel)) > len(spec.workdir_tail):
+            raise signing.SignatureError(f"file {rel} would land outside the job's folder")
         store.get_file(blob_key(digest), rel)
         with open(rel, "rb") as f:
             if payload.digest_bytes(f.read()) != digest:
