@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import json
 import urllib.parse
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .job import JobLayout

@@ -238,7 +238,8 @@ class Agent:
         workdir = os.path.join(os.getcwd(), "work", self.spec.job_id, *workfiles.check_tail(self.spec.workdir_tail))
         os.makedirs(workdir, exist_ok=True)
         self.workdir = workdir
-        files.baseline(Path(workdir), self.spec)  # what the cell finds there: only what it creates or changes comes back
+        # What the cell finds there: only what it creates or changes comes back.
+        files.baseline(Path(workdir), self.spec)
         checkpoints = local_root(workdir)
         handoff = Handoff(os.path.join(os.getcwd(), "work", f".{self.spec.job_id}.verdict"), self.folder, self.attempt)
         handoff.clear()
