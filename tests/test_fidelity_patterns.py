@@ -99,6 +99,41 @@ def test_state_a_cell_changes_through_a_notebook_functions_globals_comes_back(bu
     assert_identical(cells, {1, 3, 5, 7, 9, 11}, tmp_path)
 
 
+def test_views_keep_aliasing_the_kernels_arrays_across_cells(burst_env, tmp_path):
+    """Slices, transposes, reversed and strided views, reshapes, ``.view()`` (of another dtype too), views of
+    views, of an array inside a container, pandas objects over an array; made on the machine of arrays the
+    kernel has, of arrays the cell makes, and inputs that share memory sharing it on the machine."""
+    setup = (
+        "import numpy as np, pandas as pd\n"
+        "a = np.arange(12).reshape(3, 4)\n"
+        "f = np.arange(6.0)\n"
+        "holder = {'arr': np.arange(5.0)}\n"
+        "frame = pd.DataFrame({'x': np.arange(4.0)})"
+    )
+    share = (
+        "print(a, f, holder, frame.x.tolist())\n"
+        "pairs = {'a_sub': (a_sub, a), 't': (t, a), 'rev': (rev, a), 'step': (step, a), 'flat': (flat, a),\n"
+        "         'same': (same, a), 'raw': (raw, f), 'first': (first, holder['arr']), 's': (s, f),\n"
+        "         'df': (df, f), 'vals': (vals, frame), 'y': (y, x), 'tt': (tt, a)}\n"
+        "print({k: bool(np.shares_memory(np.asarray(v), np.asarray(w))) for k, (v, w) in pairs.items()})"
+    )
+    cells = [
+        setup,
+        "a_sub = a[:2, :2]\nt = a.T\nrev = a[::-1]\nstep = a[:, ::2]\nflat = a.reshape(-1)\nsame = a.view()\n"
+        "raw = f.view(np.uint8)\nfirst = holder['arr'][:3]\ns = pd.Series(f, copy=False)\n"
+        "df = pd.DataFrame(f.reshape(3, 2), copy=False)\nvals = frame.to_numpy()\n"
+        "x = np.arange(10.0)\ny = x[2:]",
+        "tt = a_sub.T",
+        "a_sub[0, 0] = 99\nt[3, 2] = 98\nrev[0, 0] = 97\nstep[1, 1] = 96\nflat[5] = 95\n"
+        "raw[0] = 1\nfirst[1] = 7.0\ns[2] = 3.5\ny[0] = -1.0\ntt[1, 1] = 94\n"
+        "print(a[0, 0], f[0] != 0, x[2])",
+        share,
+        "a_sub[0, 1] = -5\nprint(a[0, 1], tt[1, 0])",
+        share,
+    ]
+    assert_identical(cells, {1, 2, 3, 5, 6}, tmp_path)
+
+
 def test_names_notebook_functions_rebind_through_global_are_the_cells_outputs():
     from nbburst.client.capture import capture
 
@@ -115,3 +150,79 @@ def test_names_notebook_functions_rebind_through_global_are_the_cells_outputs():
     assert cap.outputs == ["x", "counter"] and cap.deletes == ["gone"]
     assert capture("x = 1", ns).outputs == ["x"]
     assert capture("box.reset()", ns, out=["counter"]).outputs == ["counter"]  # --out may name it
+
+
+def _to_machine_and_back(kernel: dict, cell) -> tuple[dict, dict, int]:
+    """Send ``kernel``'s values to a machine namespace, run ``cell(ns)`` there (it returns its outputs), and
+    bring back what the agent brings back; returns the machine namespace, what arrived and the blob's size."""
+    from nbburst.agent.attempt.inputs import Inputs
+    from nbburst.protocol import state, transfer, views
+
+    sent: dict = {}
+    encoded, failed = transfer.encode_inputs(kernel, inner=sent)
+    assert not failed
+    ns: dict = {"__name__": "__main__"}
+    arrived: dict = {}
+    for name, blob in encoded.items():
+        ns[name] = transfer.load_value(blob.tobytes(), ns, arrived.setdefault(name, {}), arrived)
+    inputs = Inputs({"track": True}, state.Tracker({}))
+    inputs.watch(ns, list(encoded), arrived)
+    values, refs, adopt = inputs.returns_of(ns, cell(ns))
+    held = [obj for obj in inputs.held() if id(obj) in refs or id(obj) in adopt]
+    writer = transfer.Writer(refs, adopt, views.Regions(held, values.values()))
+    for name, value in values.items():
+        assert writer.add(name, value) is None
+    blob = writer.finish({})
+    loaded = transfer.load_values(blob.tobytes(), kernel, sent)
+    assert not loaded.failed
+    return ns, loaded.values, blob.nbytes
+
+
+def test_a_view_comes_back_on_the_kernels_array_whatever_its_layout_there():
+    import numpy as np
+
+    big = np.arange(400_000.0)
+    strided = np.arange(30.0).reshape(5, 6)[:, :3]  # not contiguous here, contiguous on the machine
+    kernel = {"big": big, "strided": strided}
+
+    def cell(ns: dict) -> dict:
+        return {
+            "tail": ns["big"][-10:],
+            "rows": ns["strided"][1:, ::-1],
+            "t": ns["strided"].T,
+            "every": ns["strided"][::2],
+            "flat": ns["strided"].reshape(-1),  # a view there, a copy here: as reshape makes here
+            "cast": ns["big"][:4].view(np.int64),
+        }
+
+    ns, back, size = _to_machine_and_back(kernel, cell)
+    assert size < 10_000, "a view of an unchanged input travelled as its bytes"
+    for name, made in cell({"big": big, "strided": strided}).items():
+        of = big if name in ("tail", "cast") else strided
+        assert np.array_equal(back[name], made) and back[name].dtype == made.dtype, name
+        assert np.shares_memory(back[name], of) == np.shares_memory(made, of), name
+    assert type(back["tail"].base) is np.ndarray and back["tail"].flags.writeable
+    assert not np.shares_memory(back["flat"], strided)  # a copy, as reshape makes here
+    back["rows"][0, 0] = -1.0
+    assert strided[1, 2] == -1.0
+
+
+def test_inputs_that_share_memory_share_it_on_the_machine():
+    import numpy as np
+    import pandas as pd
+
+    f = np.arange(6.0)
+    kernel = {
+        "a_sub": (a := np.arange(12).reshape(3, 4))[:2, :2],
+        "a": a,
+        "holder": {"arr": np.arange(5.0)},
+        "frame": pd.DataFrame({"x": np.arange(4.0)}),
+        "f": f,
+        "s": pd.Series(f, copy=False),
+    }
+    kernel["first"] = kernel["holder"]["arr"][1:3]
+    kernel["vals"] = kernel["frame"].to_numpy()
+    ns, _, _ = _to_machine_and_back(kernel, lambda ns: {})
+    assert np.shares_memory(ns["a_sub"], ns["a"]) and np.shares_memory(ns["first"], ns["holder"]["arr"])
+    assert np.shares_memory(ns["vals"], ns["frame"].to_numpy()) and np.shares_memory(ns["s"].to_numpy(), ns["f"])
+    assert not ns["vals"].flags.writeable and ns["a_sub"].flags.writeable  # as they were

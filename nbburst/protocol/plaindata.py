@@ -44,6 +44,8 @@ def plain_pickle(body: bytes | memoryview) -> bool:
                 if len(pushed) < 2 or not _plain_module(pushed[-2]):
                     return False
                 pushed.append(None)
+            elif name in ("BINPERSID", "PERSID"):  # refers to another input: it cannot be loaded on its own
+                return False
             elif name in ("GLOBAL", "INST"):
                 if not _plain_module(str(arg).partition(" ")[0]):
                     return False

@@ -39,7 +39,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import codepickle, payload
+from . import codepickle, payload, views
 
 #: The name under which a cell's last value (its ``Out``) travels among its variables.
 LAST = "<last>"
@@ -92,6 +92,7 @@ class _Pickler(codepickle.Pickler):
     what they hold).
     ``formulas``: collects the names that the formulas (strings with a ``~``) it pickles mention: a
     statsmodels model re-evaluates its formula when it is unpickled.
+    ``regions``: arrays the target has or gets; an array lying in one travels as a view of it (:mod:`.views`).
     """
 
     def __init__(
@@ -102,9 +103,11 @@ class _Pickler(codepickle.Pickler):
         adopt: dict[int, Address] | None = None,
         fingerprinting: bool = False,
         formulas: set[str] | None = None,
+        regions: views.Regions | None = None,
     ):
         self.refs, self.adopt, self.fingerprinting = refs or {}, dict(adopt or {}), fingerprinting
-        self.formulas = formulas
+        self.formulas, self.regions = formulas, regions
+        self.plain: set[int] = set()  # arrays pickled as their own bytes whatever regions hold them
         self.emitted: dict[Address, int] = {}  # adopted address -> index of the value whose pickle carries it
         self.referred: set[Address] = set()
         self.index = 0
@@ -131,9 +134,15 @@ class _Pickler(codepickle.Pickler):
             del self.adopt[id(obj)]  # pickled as a new object, which the target rebinds
             return None
         self.emitted[name] = self.index
+        if content[0] == "array":
+            self.plain.add(id(content[1]))  # the new content of that very array, not a view of it
         return ("adopt", name, *content)
 
     def reducer_override(self, obj: Any) -> Any:
+        if self.regions is not None and id(obj) not in self.plain:
+            region = self.regions.region_of(obj)
+            if region is not None:
+                return views.reduce(obj, region)
         reduced = super().reducer_override(obj)
         if self.fingerprinting and _is_main_function(obj) and isinstance(reduced, tuple):
             # What the function is does not depend on the values of the globals it reads.
@@ -350,26 +359,39 @@ def encode_inputs(
     refers: dict[str, set[str]] = {}
     encoded: dict[str, payload.Encoded] = {}
     failed: dict[str, Exception] = {}
-    pending = list(values)  # grows with what formulas mention
+    inside: dict[str, dict[int, Any]] = {}  # per input pickled so far, the objects inside it (inner_objects)
+    # grows with what formulas mention; arrays last, so that the containers they may be views into come first
+    pending = sorted(values, key=lambda n: views.plain_array(values[n]))
     while pending:
         name = pending.pop(0)
         value = values[name]
         blocked = _reaching(name, refers)  # they refer to this one already: referring back would be a cycle
-        refs = {id(v): n for n, v in holdable.items() if n != name and n not in blocked}
+        refs: dict[int, Address] = {id(v): n for n, v in holdable.items() if n != name and n not in blocked}
+        for holder, objects in inside.items():  # an array inside an earlier input is that input's on the machine
+            if holder not in blocked:
+                for index, obj in objects.items():
+                    if views.plain_array(obj):
+                        refs.setdefault(id(obj), (holder, index))
         out = io.BytesIO()
         buffers: list[pickle.PickleBuffer] = []
         mentioned: set[str] = set()
-        pickler = _Pickler(out, buffers.append, refs, formulas=mentioned)
+        # a view of another input, or of an array inside one, travels as a view of it (regions in the same
+        # order for every input: no cycles)
+        held = [v for n, v in holdable.items() if n == name or id(v) in refs]
+        held += [obj for objects in inside.values() for obj in objects.values() if id(obj) in refs]
+        pickler = _Pickler(out, buffers.append, refs, formulas=mentioned, regions=views.Regions(held))
         try:
             with payload.user_modules_by_value(value):
                 pickler.dump(value)
         except Exception as exc:
             failed[name] = exc
             continue
+        inside[name] = inner_objects(pickler.memo.copy().values(), value)
         if inner is not None:
-            inner[name] = inner_objects(pickler.memo.copy().values(), value)
+            inner[name] = inside[name]
         mentioned &= set(namespace or ()) - {name}
-        refers[name] = pickler.referred | mentioned  # loaded before it on the machine
+        # loaded before it on the machine
+        refers[name] = {a if isinstance(a, str) else a[0] for a in pickler.referred} | mentioned
         encoded[name] = payload.assemble([(out.getbuffer(), [b.raw() for b in buffers])])
         for found in sorted(mentioned - set(values)):
             values[found] = namespace[found]  # type: ignore[index]
@@ -405,12 +427,16 @@ def _reaching(name: str, refers: dict[str, set[str]]) -> set[str]:
 
 
 def load_value(
-    data: bytes | bytearray | memoryview, target: dict[str, Any], inner: dict[int, Any] | None = None
+    data: bytes | bytearray | memoryview,
+    target: dict[str, Any],
+    inner: dict[int, Any] | None = None,
+    loaded: dict[str, dict[int, Any]] | None = None,
 ) -> Any:
     """Unpickle a one-value blob (:func:`payload.encode`) into ``target``; ``inner`` receives the mutable
-    objects inside the value by address (:func:`inner_objects`)."""
+    objects inside the value by address (:func:`inner_objects`); ``loaded`` holds those of the inputs
+    loaded before it, which it may refer to (:func:`encode_inputs`)."""
     blob = payload.Blob.parse(data)
-    unpickler = _Unpickler(io.BytesIO(blob.bodies[0]), blob.buffers[0], target, {})
+    unpickler = _Unpickler(io.BytesIO(blob.bodies[0]), blob.buffers[0], target, {}, loaded)
     value = _in_user_frames(unpickler.load, target, {})
     if inner is not None:
         inner.update(inner_objects(unpickler.memo.copy().items(), value))
@@ -450,10 +476,15 @@ class Writer:
     refers to its half-written objects.
     """
 
-    def __init__(self, refs: dict[int, Address] | None = None, adopt: dict[int, Address] | None = None):
+    def __init__(
+        self,
+        refs: dict[int, Address] | None = None,
+        adopt: dict[int, Address] | None = None,
+        regions: views.Regions | None = None,
+    ):
         self.out = io.BytesIO()
         self.buffers: list[pickle.PickleBuffer] = []
-        self.pickler = _Pickler(self.out, self.buffers.append, refs, adopt)
+        self.pickler = _Pickler(self.out, self.buffers.append, refs, adopt, regions=regions)
         self.names: list[str] = []
         self.spans: list[tuple[int, int]] = []  # (body bytes, buffer count) per value
         self.resets: list[bool] = []

@@ -73,6 +73,13 @@ class Inputs:
         """Right before the cell's code: the kernel's process state takes effect."""
         self.tracker.begin()
 
+    def held(self) -> list[Any]:
+        """The watched inputs and the objects inside them, as they arrived."""
+        return [
+            *(obj for obj, _ in self.arrived.values()),
+            *(o for inner in self.inner.values() for o in inner.values()),
+        ]
+
     def returns_of(
         self, ns: dict[str, Any], outputs: dict[str, Any]
     ) -> tuple[dict[str, Any], dict[int, transfer.Address], dict[int, transfer.Address]]:
@@ -103,7 +110,9 @@ class Inputs:
                 if id(inside) in refs or id(inside) in adopt:
                     continue
                 address = (name, index)
-                same = unchanged or self.arrays.get(address, "") == transfer.fingerprint(inside)
+                # Only arrays were fingerprinted as they arrived: any other object is adopted unhashed (hashing
+                # each object of a graph like a Figure's on its own pickles the whole graph once per object).
+                same = unchanged or (address in self.arrays and self.arrays[address] == transfer.fingerprint(inside))
                 (refs if same else adopt)[id(inside)] = address
         return {**changed, **outputs}, refs, adopt
 
@@ -123,17 +132,24 @@ def load(store: Store, layout: JobLayout, spec: JobSpec, ns: dict[str, Any]) -> 
     inner: dict[str, dict[int, Any]] = {}
     known: dict[str, Arrival] = {}
     for name, digest in manifest.get("values", {}).items():
-        ns[name] = _fetch(store, digest, repr(name), ns, inner.setdefault(name, {}))
+        ns[name] = _fetch(store, digest, repr(name), ns, inner.setdefault(name, {}), inner)
         if (fps := blobcache.fingerprints(digest)) is not None:
             known[name] = fps
     inputs.watch(ns, [n for n in ns if n not in before], inner, known)  # the inputs, the globals functions brought
     return inputs
 
 
-def _fetch(store: Store, digest: str, what: str, ns: dict[str, Any], inner: dict[int, Any] | None = None) -> Any:
+def _fetch(
+    store: Store,
+    digest: str,
+    what: str,
+    ns: dict[str, Any],
+    inner: dict[int, Any] | None = None,
+    loaded: dict[str, dict[int, Any]] | None = None,
+) -> Any:
     data = blobcache.get(digest)  # held, verified, by a session's warm parent
     if data is None:
         data = store.get(blob_key(digest))
         if payload.digest_bytes(data) != digest:
             raise signing.SignatureError(f"the blob of {what} does not match its address; refusing to load it")
-    return transfer.load_value(data, ns, inner)
+    return transfer.load_value(data, ns, inner, loaded)

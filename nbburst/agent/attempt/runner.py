@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from ...protocol import payload, signing, transfer, workfiles
+from ...protocol import payload, signing, transfer, views, workfiles
 from ...protocol.job import JobLayout, JobSpec, blob_key
 from ...store import Store
 from ..linebuffered import install as install_line_buffering
@@ -184,7 +184,9 @@ def _commit_result(handoff: Handoff, outcome: dict[str, Any], inputs: Inputs, ns
     """Send back the outputs and the inputs the cell changed, every value that pickles; name the others."""
     displayed = outcome.pop("displayed", False)  # a cell's Out, shown already: only the value may travel
     values, refs, adopt = inputs.returns_of(ns, outcome["values"])
-    writer = transfer.Writer(refs, adopt)
+    # An array made of the memory of one the kernel holds (or gets now) goes back as a view of it.
+    held = [obj for obj in inputs.held() if id(obj) in refs or id(obj) in adopt]
+    writer = transfer.Writer(refs, adopt, views.Regions(held, values.values()))
     warnings = [
         f"{name!r} ({type(value).__name__}) was not brought back: it cannot be pickled ({why})"
         for name, value in values.items()
