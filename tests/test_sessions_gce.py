@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from cryptography.exceptions import InvalidTag
-from support import wait_until
+from support import held_cell, wait_until
 
 from nbburst.client.burst import Burst
 from nbburst.client.capture import capture
@@ -152,14 +152,15 @@ def test_a_session_vm_preempted_between_cells_comes_back_with_the_next_cell(burs
 
 
 @pytest.mark.compute_emulator(operation_delay=0.02, preemption_grace=2.0)
-def test_a_cell_in_flight_on_a_preempted_session_vm_recovers_on_a_vm_of_its_own(burst, compute_emulator):
+def test_a_cell_in_flight_on_a_preempted_session_vm_recovers_on_a_vm_of_its_own(burst, compute_emulator, tmp_path):
     session = burst.sessions.start(cores=2, idle="5m", timeout="10m", preload=[])
     ns: dict[str, Any] = {}
-    code = "import time\ntime.sleep(4)\nv = 5"
+    started = tmp_path / "started"
+    code = held_cell(started, "v = 5")
     job = burst.submit_cell(code, capture(code, ns, None), burst.options(max_restarts=2))
-    wait_until(lambda: job.state == State.RUNNING, timeout=60, what="the cell runs on the session's VM")
+    wait_until(started.exists, timeout=120, what="the cell runs on the session's VM")
     compute_emulator.preempt(session.machine)
-    assert job.wait(timeout=120) == State.SUCCEEDED, job.logs()
+    assert job.wait(timeout=240) == State.SUCCEEDED, job.logs()
     job.outcome(ns).merge_into(ns)
     assert ns["v"] == 5 and job.attempt == 2
     machines = [s.machine for s in job.statuses()]

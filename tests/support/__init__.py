@@ -1,5 +1,5 @@
 """Helpers shared by the tests: waiting for a condition, waiting for machines to go, finding and ending
-local machines."""
+local machines, a cell that is surely in flight when its machine is taken."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
@@ -79,3 +80,21 @@ def kill_agents(root: str, grace: float = 5.0) -> list[int]:
 def jobs_in(env) -> list[str]:
     jobs = env["root"] / "jobs"
     return sorted(p.name for p in jobs.iterdir()) if jobs.exists() else []
+
+
+def held_cell(started: Path, then: str) -> str:
+    """The code of a cell that, the first time it runs, creates ``started`` and then runs until its machine is
+    taken (preempted, or the job cancelled); run again (its relaunch), it runs ``then`` at once.
+
+    A test waits for ``started`` and then preempts: the cell is still running then, however slow a loaded
+    machine is, where a cell that sleeps a few seconds may already have ended (and the test then sees no
+    relaunch at all)."""
+    path = repr(str(started))
+    return (
+        "import os, time\n"
+        f"if not os.path.exists({path}):\n"
+        f"    open({path}, 'w').close()\n"
+        "    while True:\n"
+        "        time.sleep(0.1)\n"
+        f"{then}"
+    )
