@@ -18,6 +18,7 @@ gives the same guarantees, which the job protocol relies on:
 from __future__ import annotations
 
 import abc
+import errno
 import os
 import threading
 import time
@@ -41,10 +42,48 @@ class AlreadyExists(StoreError):
     """A create-only write found the key already there."""
 
 
+#: What to do about an operating-system error of a Store, by errno; ``{root}`` is the Store's URL, ``{path}`` the
+#: object's place in it.
+ADVICE = {
+    errno.ENOSPC: "the disk is full: free space on the disk that holds {root}, or point NBBURST_ROOT elsewhere",
+    errno.EDQUOT: "the disk quota is used up: free space on the disk that holds {root}, or point NBBURST_ROOT "
+    "elsewhere",
+    errno.EROFS: "the file system that holds {root} is read-only: remount it read-write, or point NBBURST_ROOT "
+    "at a writable folder",
+    errno.EACCES: "permission denied: check the owner and permissions of {path} and the folders above it",
+    errno.EPERM: "operation not permitted: check the owner and permissions of {path} and the folders above it",
+}
+DEFAULT_ADVICE = "check the disk or network file system that holds {root}, then try again"
+
+
+class StoreIOError(StoreError, OSError):
+    """A Store operation failed with an operating-system error (a full or read-only disk, a permission).
+
+    An ``OSError`` still (callers that catch one keep working, ``errno`` is the original's), and a
+    :class:`StoreError` whose message says which operation, which object, where, and what to do about it: it is
+    what a user reads in the cell, the job view and the CLI.
+    """
+
+    def __init__(self, code: int | None, operation: str, key: str, root: str, path: str = "", detail: str = ""):
+        self.operation, self.key, self.root, self.detail = operation, key, root, detail
+        self.path = path or f"{root.rstrip('/')}/{key}"
+        reason = detail or (os.strerror(code) if code else "failed")
+        advice = ADVICE.get(code or 0, DEFAULT_ADVICE).format(root=root, path=self.path)
+        super().__init__(code, f"could not {operation} {key or root} in the Store {root}: {reason}; {advice}")
+
+    def __str__(self) -> str:  # OSError's is "[Errno 28] ...": the sentence is ours
+        return str(self.strerror)
+
+    def __reduce__(self) -> tuple:  # pickled whole (OSError's own pickling would pass only errno and message)
+        return StoreIOError, (self.errno, self.operation, self.key, self.root, self.path, self.detail)
+
+
 #: Where :meth:`Store.now` writes (and removes) its probe objects.
 CLOCK_PREFIX = "clock/"
 #: How long a reading of the Store's clock is extrapolated on this machine's clock before it is read again.
 CLOCK_REFRESH_SECONDS = 120.0
+#: How soon the clock is read again after the Store refused the probe (a read-only spell may end).
+CLOCK_RETRY_SECONDS = 10.0
 
 
 def elapsed() -> float:
@@ -60,6 +99,7 @@ class Store(abc.ABC):
     #: How often a waiting client may usefully poll: remote stores charge per request.
     min_poll_seconds: float = 0.25
     _clock: tuple[float, float] | None = None  # (elapsed() when read, the Store's time then)
+    _clock_due = 0.0  # elapsed() when the clock is read again
     _clock_lock = threading.Lock()
 
     @abc.abstractmethod
@@ -112,18 +152,35 @@ class Store(abc.ABC):
         Read by writing a probe object and asking its time, at most every ``CLOCK_REFRESH_SECONDS``, and
         carried forward on :func:`elapsed` in between. The estimate errs early by at most the probe
         write's own duration, so an age computed with it is never longer than the truth.
+
+        Reading a job needs no write: while the Store refuses the probe (a full or read-only disk, a bucket
+        this reader may only read), the last reading is carried forward, and without one this machine's clock
+        stands in (see :meth:`_read_clock`).
         """
         with self._clock_lock:
-            if self._clock is None or elapsed() - self._clock[0] > CLOCK_REFRESH_SECONDS:
-                probe = f"{CLOCK_PREFIX}{os.getpid()}-{uuid.uuid4().hex}"
-                self.put(probe, b"")
-                read_at = elapsed()
-                try:
-                    self._clock = (read_at, self.updated(probe))
-                finally:
-                    self.delete(probe)
-            taken, stamped = self._clock
+            if self._clock is None or elapsed() > self._clock_due:
+                self._read_clock()
+            taken, stamped = self._clock  # type: ignore[misc]
         return stamped + elapsed() - taken
+
+    def _read_clock(self) -> None:
+        """Take a fresh reading, due again after ``CLOCK_REFRESH_SECONDS``. When the probe cannot be written, keep
+        the last reading (before any, this machine's clock, all a reader that may not write has) and try again
+        after ``CLOCK_RETRY_SECONDS``."""
+        probe = f"{CLOCK_PREFIX}{os.getpid()}-{uuid.uuid4().hex}"
+        try:
+            self.put(probe, b"")
+        except StoreError:
+            if self._clock is None:
+                self._clock = (elapsed(), time.time())
+            self._clock_due = elapsed() + CLOCK_RETRY_SECONDS
+            return
+        read_at = elapsed()
+        try:
+            self._clock = (read_at, self.updated(probe))
+        finally:
+            self.delete(probe)
+        self._clock_due = read_at + CLOCK_REFRESH_SECONDS
 
     def age(self, key: str) -> float:
         """Seconds since ``key``'s last write, by the Store's clock; :class:`NotFound` if missing."""

@@ -3,23 +3,26 @@
 A folder can be on a network file system or a flaky disk: every file operation
 goes through :meth:`LocalStore.run_io`, which tries it again while it fails
 with a transient error (``EIO``, ``EAGAIN``, ``ESTALE``...), as the GCS client
-retries 5xx answers.
+retries 5xx answers. An error that stays (a full or read-only disk, a
+permission) leaves every public method as a :class:`~.base.StoreIOError`: an
+``OSError`` that says which operation, which object, and what to do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from .base import AlreadyExists, NotFound, Store, StoreError, elapsed
+from .base import AlreadyExists, NotFound, Store, StoreError, StoreIOError, elapsed
 
 T = TypeVar("T")
 
@@ -29,6 +32,8 @@ TRANSIENT_ERRNOS = frozenset(
 )
 #: How long a failing file operation is tried again before its error is raised.
 RETRY_SECONDS = 10.0
+#: Errors the methods turn into their own answers (NotFound, AlreadyExists), not into a StoreIOError.
+ANSWERED_ERRNOS = frozenset({errno.ENOENT, errno.EISDIR, errno.ENOTDIR, errno.EEXIST})
 
 
 class LocalStore(Store):
@@ -49,9 +54,10 @@ class LocalStore(Store):
         self.root.mkdir(parents=True, exist_ok=True)
         self.url = str(self.root)
 
-    def run_io(self, operation: Callable[[], T]) -> T:
-        """Run one file operation, again (with a growing pause) while it fails transiently, for up to
-        ``RETRY_SECONDS``. Each operation must be safe to repeat after such a failure."""
+    def run_io(self, action: str, key: str, operation: Callable[[], T]) -> T:
+        """Run one file operation (``action`` on ``key``: "write", "read", "check", "list", "delete"), again
+        (with a growing pause) while it fails transiently, for up to ``RETRY_SECONDS``. Each operation must be
+        safe to repeat after such a failure."""
         pause, deadline = 0.005, elapsed() + RETRY_SECONDS
         while True:
             try:
@@ -61,6 +67,20 @@ class LocalStore(Store):
                     raise
             time.sleep(pause)
             pause = min(pause * 2, 0.25)
+
+    @contextlib.contextmanager
+    def failing_as(self, action: str, key: str) -> Iterator[None]:
+        """Turn an operating-system error of ``action`` on ``key`` into a :class:`StoreIOError` that says what
+        to do (the errors the methods answer themselves pass through)."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except OSError as exc:
+            if exc.errno in ANSWERED_ERRNOS:
+                raise
+            path = str(self.root / key) if key else self.url
+            raise StoreIOError(exc.errno, action, key, self.url, path, exc.strerror or "") from exc
 
     def _path(self, key: str) -> Path:
         if not key or key.startswith("/") or ".." in key.split("/"):
@@ -80,16 +100,17 @@ class LocalStore(Store):
 
     def put_chunks(self, key: str, chunks: Iterable[bytes | memoryview], *, create: bool = False) -> None:
         target = self._path(key)
-        if isinstance(chunks, (list, tuple)):  # in memory: the write can be tried again
-            tmp = self.run_io(lambda: self._write_temp(target, chunks))
-        else:  # a stream is read once
-            tmp = self._write_temp(target, chunks)
-        self._commit(key, tmp, target, create)
+        with self.failing_as("write", key):
+            if isinstance(chunks, (list, tuple)):  # in memory: the write can be tried again
+                tmp = self.run_io("write", key, lambda: self._write_temp(target, chunks))
+            else:  # a stream is read once
+                tmp = self._write_temp(target, chunks)
+            self._commit(key, tmp, target, create)
 
     def _commit(self, key: str, tmp: Path, target: Path, create: bool) -> None:
         """Move a complete temporary file into place: link (create-only) or rename (replace)."""
         try:
-            self.run_io(lambda: self._place(key, tmp, target, create))
+            self.run_io("write", key, lambda: self._place(key, tmp, target, create))
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -111,7 +132,7 @@ class LocalStore(Store):
         A local write costs about as much as the hashing, so doing both at once
         beats hashing first, even when the content turns out to be there already.
         """
-        with ThreadPoolExecutor(1, thread_name_prefix="nbburst-address") as pool:
+        with self.failing_as("write", prefix), ThreadPoolExecutor(1, thread_name_prefix="nbburst-address") as pool:
             future = pool.submit(address)
             tmp = self._write_temp(self._path(prefix + ".incoming"), chunks())
             try:
@@ -119,10 +140,11 @@ class LocalStore(Store):
             except BaseException:
                 os.unlink(tmp)
                 raise
-        try:
-            self._commit(prefix + addr, tmp, self._path(prefix + addr), create=True)
-        except AlreadyExists:
-            pass  # the same bytes are already there
+        with self.failing_as("write", prefix + addr):
+            try:
+                self._commit(prefix + addr, tmp, self._path(prefix + addr), create=True)
+            except AlreadyExists:
+                pass  # the same bytes are already there
         return addr
 
     def put(self, key: str, data: bytes) -> None:
@@ -135,6 +157,10 @@ class LocalStore(Store):
         """With ``adopt``, the file itself gets a second name when it is on the Store's file system (no copy),
         else a copy."""
         target = self._path(key)
+        with self.failing_as("write", key):
+            self._put_file(key, target, path, create, adopt)
+
+    def _put_file(self, key: str, target: Path, path: str | Path, create: bool, adopt: bool) -> None:
         fd, tmp = _temp_beside(target)
         os.close(fd)  # the empty file stays until it is replaced: its folder is never empty meanwhile
         try:
@@ -155,7 +181,8 @@ class LocalStore(Store):
     def get(self, key: str) -> bytes:
         path = self._path(key)
         try:
-            return self.run_io(path.read_bytes)
+            with self.failing_as("read", key):
+                return self.run_io("read", key, path.read_bytes)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise NotFound(f"{key} not found in {self.url}") from None
 
@@ -172,7 +199,8 @@ class LocalStore(Store):
                 return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY))
 
         try:
-            return self.run_io(read)
+            with self.failing_as("read", key):
+                return self.run_io("read", key, read)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise NotFound(f"{key} not found in {self.url}") from None
 
@@ -183,7 +211,8 @@ class LocalStore(Store):
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         os.close(fd)
         try:
-            self.run_io(lambda: shutil.copyfile(source, tmp))
+            with self.failing_as("read", key):
+                self.run_io("read", key, lambda: shutil.copyfile(source, tmp))
         except BaseException as exc:
             os.unlink(tmp)
             if isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
@@ -192,12 +221,14 @@ class LocalStore(Store):
         os.replace(tmp, path)
 
     def exists(self, key: str) -> bool:
-        return self.run_io(self._path(key).is_file)
+        with self.failing_as("check", key):
+            return self.run_io("check", key, self._path(key).is_file)
 
     def _stat(self, key: str) -> os.stat_result:
         path = self._path(key)
         try:
-            return self.run_io(path.stat)
+            with self.failing_as("check", key):
+                return self.run_io("check", key, path.stat)
         except FileNotFoundError:
             raise NotFound(f"{key} not found in {self.url}") from None
 
@@ -209,7 +240,8 @@ class LocalStore(Store):
         return self._stat(key).st_mtime
 
     def list(self, prefix: str) -> list[str]:
-        return self.run_io(lambda: self._list(prefix))
+        with self.failing_as("list", prefix):
+            return self.run_io("list", prefix, lambda: self._list(prefix))
 
     def _list(self, prefix: str) -> list[str]:
         # Walk only the deepest folder the prefix names, not the whole root.
@@ -240,12 +272,14 @@ class LocalStore(Store):
                 found += [name if rel == "." else f"{rel}/{name}" for name in files if name.startswith(".tmp-")]
             return sorted(found)
 
-        return self.run_io(walk)
+        with self.failing_as("list", ""):
+            return self.run_io("list", "", walk)
 
     def delete(self, key: str) -> None:
         path = self._path(key)
         try:
-            self.run_io(path.unlink)
+            with self.failing_as("delete", key):
+                self.run_io("delete", key, path.unlink)
         except FileNotFoundError:
             return
         # Drop folders left empty, so listing stays cheap. A writer that made one of them and is about to
