@@ -827,8 +827,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED if isinstance(exc, JobFailed) else EXIT_CONFIG
     except Exception as exc:
         from ..protocol.signing import SignatureError
+        from ..store import StoreError
 
-        if isinstance(exc, SignatureError):
+        if isinstance(exc, (SignatureError, StoreError)):  # a Store's says what failed, where, and what to do
             print(f"nbburst: {exc}", file=sys.stderr)
             return EXIT_CONFIG
         raise
