@@ -7,7 +7,10 @@ and a later attempt's claim (:mod:`..protocol.fence`), and commits the verdict
 the runner hands over (:mod:`.verdict`). Whatever the runner does (crash, hang,
 eat memory), the controller can still end it and say why; whatever happens to
 the controller (``kill -9``, a machine going away), nothing is committed for
-it, and the job reads as preempted.
+it, and the job reads as preempted. What the controller itself cannot get past
+(a refused object, a Store that stays full or read-only once its writes have
+waited for it, :mod:`.patience`) ends the job FAILED with the cause, said on the
+console first (:mod:`...protocol.cause`): no relaunch would get past it either.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ...protocol import budget, fence, payload, processes, signing, workfiles
+from ...protocol.cause import cause_of, console_line
 from ...protocol.env import python_mismatch
 from ...protocol.folder import JobFolder
 from ...protocol.job import (
@@ -43,11 +47,12 @@ from ...protocol.job import (
 )
 from ...protocol.metadata import metadata, on_gce
 from ...protocol.outcome import commit_terminal, error_summary, holds_verdict, timeout_reason
-from ...store import NotFound, Store, open_store
+from ...store import NotFound, Store, StoreError, open_store
 from .. import scaleout
 from ..machine import gce, gpu
 from . import files, preemption, spawn
 from .checkpoints import local_root, restore, summary
+from .patience import patiently
 from .runnerstart import Pipes, RunnerJob, serve
 from .shipper import Shipper
 from .verdict import ERROR, HANDED, RESULT, Handoff, commit
@@ -141,7 +146,29 @@ class Agent:
             return State.PREEMPTED
         earlier = self.folder.statuses(strict=False)  # for the cost only: a forged one is left out
         statuses = [s for s in earlier if s.attempt != self.attempt] + [self.status]  # ours is the freshest
-        return commit_terminal(self.folder, self.spec, state, reason, self.attempt, "agent", statuses)
+        return patiently(
+            "write the job's end",
+            lambda: commit_terminal(self.folder, self.spec, state, reason, self.attempt, "agent", statuses),
+            self.say,
+        )
+
+    def say(self, text: str) -> None:
+        """Tell the user (the job's log) and the machine's console."""
+        print(text, file=sys.stderr, flush=True)
+        self.shipper.event(text)
+
+    def give_up(self, cause: str) -> State | None:
+        """End the job FAILED with ``cause``, which no relaunch would get past. Said on the console first: when
+        the Store cannot take the job's end either (then None), the supervisor finds it there
+        (protocol/cause.py), so the machine must keep its console (it is not deleted)."""
+        print(console_line(self.attempt, cause), file=sys.stderr, flush=True)
+        self.shipper.event(f"nbburst: {cause}")
+        try:
+            self.shipper.flush()
+            return self.commit_terminal(State.FAILED, cause)
+        except Exception:
+            traceback.print_exc()
+            return None
 
     def _budget_stop(self, earlier: list[Any]) -> float | None:
         """When, by this machine's clock, the budget left for this attempt is spent. The allowance runs from the
@@ -238,11 +265,13 @@ class Agent:
         workdir = os.path.join(os.getcwd(), "work", self.spec.job_id, *workfiles.check_tail(self.spec.workdir_tail))
         os.makedirs(workdir, exist_ok=True)
         self.workdir = workdir
+        handoff = Handoff(os.path.join(os.getcwd(), "work", f".{self.spec.job_id}.verdict"), self.folder, self.attempt)
+        if handoff.adopt():  # computed by an earlier attempt on this disk, never uploaded: not computed again
+            self.say(f"nbburst: attempt {self.attempt} uploads the verdict an earlier attempt computed on this machine")
+            return self._finish(None, handoff)
         # What the cell finds there: only what it creates or changes comes back.
         files.baseline(Path(workdir), self.spec)
         checkpoints = local_root(workdir)
-        handoff = Handoff(os.path.join(os.getcwd(), "work", f".{self.spec.job_id}.verdict"), self.folder, self.attempt)
-        handoff.clear()
         self.write_status(state=State.PROVISIONING, message="restoring checkpoints", launched=self.launched())
         earlier = [s for s in self.folder.statuses(strict=False) if s.attempt < self.attempt]
         self.budget_stop = self._budget_stop(earlier)
@@ -343,14 +372,13 @@ class Agent:
         return scheduler
 
     def _keep_files(self) -> None:
-        """The files the cell wrote in its working folder, to the job's folder in the Store (before the verdict)."""
+        """The files the cell wrote in its working folder, to the job's folder in the Store (before the verdict).
+        The log says nothing of them, as a plain cell prints nothing of the files it writes: the job view and
+        the CLI name them from the job's manifest."""
         try:
-            kept = files.keep(self.folder, self.spec, Path(self.workdir), self.attempt)
+            files.keep(self.folder, self.spec, Path(self.workdir), self.attempt)
         except Exception as exc:  # the cell's values matter more than its files: say so, and go on
             self.shipper.event(f"nbburst: could not keep the files the cell wrote ({type(exc).__name__}: {exc})")
-        else:
-            if kept:
-                self.shipper.event(f"nbburst: kept {kept} file(s) the cell wrote in its working folder")
         self.shipper.flush()
 
     def _env(self) -> dict[str, Any]:
@@ -372,8 +400,8 @@ class Agent:
             verdict is not None or (self.stop_reason and self.stop_reason[0] != State.PREEMPTED)
         ):
             self._keep_files()  # the cell's own end (a preempted attempt's files stay: the next one writes them)
-        if verdict is not None:
-            commit(self.folder, *verdict, self.attempt)
+        if verdict is not None:  # waits for a Store that cannot take it now: a relaunch would compute it again
+            patiently(f"upload the cell's {verdict[0]}", lambda: commit(self.folder, *verdict, self.attempt), self.say)
         if (verdict is not None and verdict[0] == RESULT) or holds_verdict(self.folder, self.layout.result):
             state = self.commit_terminal(State.SUCCEEDED)
         elif self.stop_reason is not None and self.stop_reason[0] == State.PREEMPTED:
@@ -428,8 +456,8 @@ def main(argv: list[str]) -> int:
     layout = JobLayout(job_id)
     try:
         spec = load_spec(store, layout, ident.key)
-    except (NotFound, signing.SignatureError) as exc:
-        print(f"nbburst agent: cannot run job {job_id}: {exc}", file=sys.stderr)
+    except (NotFound, signing.SignatureError) as exc:  # no spec to end the job with: the supervisor has the real one
+        print(console_line(ident.attempt, f"job {job_id}: {cause_of(exc)}"), file=sys.stderr, flush=True)
         return 3
     from ..machine.gce import end_machine
 
@@ -447,10 +475,14 @@ def main(argv: list[str]) -> int:
     preemption.install(agent)  # SIGTERM and the metadata server's notices: soft-off (see preemption.py)
     try:
         state = agent.run()
-    except signing.SignatureError as exc:  # an object the job needs was forged: every attempt would meet it
-        agent.shipper.event(f"nbburst: refusing to go on: {exc}")
-        agent.shipper.flush()
-        state = agent.commit_terminal(State.FAILED, str(exc))
+    except Exception as exc:  # a forged object the job needs, a Store that stays full: every attempt would meet it
+        if not isinstance(exc, (signing.SignatureError, StoreError)):
+            traceback.print_exc()  # the agent's own failure: its traceback on the console
+        ended = agent.give_up(cause_of(exc))
+        if ended is None:  # the console line stands for the job's end: the machine stops, and keeps it
+            agent.reap()
+            return 1
+        state = ended
     agent.reap()
     if state.terminal:
         from ..machine.envsync import settle

@@ -39,6 +39,27 @@ class Handoff:
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder.mkdir(parents=True, exist_ok=True)
 
+    def adopt(self) -> bool:
+        """Whether an earlier attempt's runner left a verdict here that this attempt commits instead of running
+        the cell again (the machine was stopped while the verdict was being uploaded, and restarted with its
+        disk). Sealed again at this attempt: one sealed at a superseded attempt would be refused. A verdict that
+        does not open under the job's key is none; without one, the folder starts empty (:meth:`clear`)."""
+        found = self.taken()
+        if found is not None:
+            kind, path = found
+            try:
+                version, data = sealed.open_view(
+                    self.job.key, self.job.job_id, self.job.place(_key(self.job, kind)), path.read_bytes()
+                )
+            except sealed.Refused:
+                self.clear()
+                return False
+            if version != self.attempt:
+                self.hand_over(kind, [data])
+            return True
+        self.clear()
+        return False
+
     def hand_over(self, kind: str, parts: Sequence[bytes | memoryview]) -> None:
         """In the runner: leave the verdict ``kind`` (:data:`RESULT` or :data:`ERROR`), complete or not at all."""
         tmp = self.folder / f".{kind}.tmp"

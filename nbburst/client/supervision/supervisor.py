@@ -15,7 +15,10 @@ on every round. One step:
    so one taker wins);
 3. settle what needs no machine: a result or an error already written (the
    machine died between the result and the verdict), a cancellation, the time
-   limit, ``--max-restarts`` (then FAILED, with the attempts' history);
+   limit, a cause the attempt's agent printed on its machine's console because
+   it could not write the job's end itself (``Machines.console``, see
+   protocol/cause.py: a refused spec, a Store that stays full; no relaunch would
+   get past it), ``--max-restarts`` (then FAILED, with the attempts' history);
 4. claim the next attempt (its status, create-only: even two supervisors that
    both think they hold the lease cannot launch it twice; then its claim marker,
    whose Store time fences the attempt before, see protocol/fence.py) and
@@ -42,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...machines.base import GONE, STOPPED, NoCapacity, machine_name
 from ...protocol import fence, sealed
+from ...protocol.cause import console_cause
 from ...protocol.job import STALE_AFTER_SECONDS, Resources, State, Status
 from ...protocol.outcome import error_summary, holds_verdict, timeout_reason
 from ...store import AlreadyExists, NotFound
@@ -230,6 +234,9 @@ class Supervisor:
         settled = self._settle()
         if settled is not None:
             return settled
+        cause = self._console_cause(status) if status is not None else ""
+        if cause:
+            return job.commit(State.FAILED, cause, by="supervisor")
         plan = self._load()
         waiting = plan.get("waiting")
         if status is not None and waiting and waiting.get("attempt") == status.attempt:
@@ -291,6 +298,17 @@ class Supervisor:
         if spent:  # the cap the launch gave the machine has been used up: no relaunch
             return job.commit(State.FAILED, spent, by="supervisor")
         return None
+
+    def _console_cause(self, status: Status) -> str:
+        """Why the agent of ``status``'s attempt said on its machine's console that it cannot run the job, with
+        where it said it; "" when it said nothing (the machine was stopped: a preemption)."""
+        name = self.job.machine_of(status)
+        try:
+            console = self.job.machines.console(name)
+        except Exception:  # a console that cannot be read says nothing: the attempt is taken for preempted
+            return ""
+        cause = console_cause(console, status.attempt)
+        return f"{cause} (said by attempt {status.attempt} on the console of machine {name})" if cause else ""
 
     def _resources(self, waiting: dict[str, Any] | None) -> Resources:
         resources = self.job.spec.resources

@@ -1,0 +1,51 @@
+"""Why an attempt cannot do its job, said where the supervisor finds it even when the Store would not take it.
+
+A machine that vanishes without a verdict is taken for preempted and relaunched. That is right when it was
+stopped, and wrong when its agent knew it could not do the job: a spec or object refused, a Store that stays
+full or read-only. Every attempt would meet the same cause again. So the agent ends the job FAILED with the
+cause as its message and, first, prints the cause to the machine's console as one line (:func:`console_line`):
+its console file on the local backend, the serial port on Compute Engine. When even the job's end cannot be
+written, the supervisor reads that line (:func:`console_cause`) before it would relaunch, and ends the job on
+its word instead (client/supervision/supervisor.py).
+"""
+
+from __future__ import annotations
+
+from ..store import StoreError
+from .signing import SignatureError
+
+#: What starts the agent's console line; the attempt number and the cause follow.
+MARK = "nbburst: cannot run attempt"
+#: Said of an object the job needs that failed its signature check: what to do about it.
+REFUSED_ADVICE = "no attempt would run it; submit the cell again, and see who else can write to the Store"
+
+
+def console_line(attempt: int, cause: str) -> str:
+    """The console line that says ``attempt`` cannot run, and why (on one line, whatever the cause holds)."""
+    return f"{MARK} {attempt}: {' '.join(cause.split())}"
+
+
+def console_cause(console: str, attempt: int) -> str:
+    """The cause the agent of ``attempt`` printed to its machine's ``console`` (the last one), "" if none.
+
+    Found anywhere in a line: a serial port prefixes the agent's lines with the time and the unit that wrote
+    them. Another attempt's line, from an earlier boot of the same machine, is not this one's."""
+    prefix = f"{MARK} {attempt}: "
+    found = ""
+    for line in console.splitlines():
+        at = line.find(prefix)
+        if at >= 0:
+            found = line[at + len(prefix) :].strip()
+    return found
+
+
+def cause_of(error: BaseException) -> str:
+    """The job's end message for ``error``, which no relaunch would clear: what failed, the error, what to do.
+
+    A Store's errors say all three already (:class:`~..store.base.StoreIOError`, the Cloud Storage adapter's
+    messages); a refused object gets the advice; anything else is the agent's own failure, named by type."""
+    if isinstance(error, SignatureError):
+        return f"{error}; {REFUSED_ADVICE}"
+    if isinstance(error, StoreError):
+        return f"the Store failed: {error}"
+    return f"the agent failed: {type(error).__name__}: {error}"

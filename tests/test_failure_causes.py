@@ -1,0 +1,177 @@
+"""A failure says its cause: an agent that refuses its job or cannot write is not a preemption.
+
+Faults are injected into the local Store while jobs run, in every process that opens it (the ``faulty://``
+Store of nbburst.testing.faults, below the Store's own retry): a disk that fills up while the result is
+written, for good or for a moment; a spec altered in the Store; a full disk at submission; a read-only Store
+while a job is read. Each job ends once, with a message that names the object, the error and what to do, and
+a cell is never run again for a result it already computed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support import wait_until
+from support.jobs import gone, submit
+
+from nbburst.client.burst import Burst
+from nbburst.errors import JobFailed
+from nbburst.machines.local import LocalMachines
+from nbburst.protocol.cause import MARK, console_cause, console_line
+from nbburst.protocol.job import State
+from nbburst.store import ENV_STORES, StoreError
+from nbburst.store.base import StoreIOError
+from nbburst.testing.faults import STORES, Fault, fault_log, set_faults
+from nbburst.ui.viewmodel import ViewModel
+
+RESULT = "jobs/*/result.pkl"
+
+
+@pytest.fixture
+def faulty(burst_env, monkeypatch, tmp_path):
+    """The local backend on a ``faulty://`` Store; returns its folder, where :func:`set_faults` sets the faults.
+    Writes that end an attempt wait 2 s for the Store ($NBBURST_STORE_WAIT) unless a test says otherwise."""
+    root = burst_env["root"]
+    monkeypatch.setenv("NBBURST_ROOT", f"faulty://{root}")
+    monkeypatch.setenv(ENV_STORES, STORES)
+    monkeypatch.setenv("NBBURST_STORE_WAIT", "2")
+    monkeypatch.setenv("NBBURST_BACKGROUND_SUPERVISOR", "false")  # the waiting test supervises
+    yield root
+    set_faults(root)
+
+
+def counted_cell(side: Path) -> str:
+    """A cell that leaves a line in ``side`` each time it runs."""
+    return f"with open({str(side)!r}, 'a') as f:\n    f.write('ran\\n')\nanswer = 6 * 7\n"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nbburst", *args], capture_output=True, text=True, timeout=120)
+
+
+def runs(side: Path) -> int:
+    return side.read_text().count("ran") if side.exists() else 0
+
+
+def test_a_store_that_stays_full_while_the_result_is_written_fails_the_job_once_with_the_cause(faulty, tmp_path):
+    """It was taken for a preemption: eleven attempts, each computing the cell again, and no word of a full disk."""
+    set_faults(faulty, Fault("write", RESULT, "ENOSPC"))
+    side = tmp_path / "runs"
+    job = submit(Burst(), counted_cell(side), max_restarts=10)
+    assert job.wait(timeout=90) == State.FAILED
+    reason = job.terminal().reason
+    assert "result.pkl" in reason and "No space left on device" in reason
+    assert f"free space on the disk that holds faulty://{faulty}" in reason
+    assert [row["attempt"] for row in job.attempts()] == [1] and runs(side) == 1
+    assert job.terminal().by == "agent"
+    logged = [r["x"] for r in job.tail().records(1) if r["s"] == "event"]
+    assert any("could not upload the cell's result" in x and "NBBURST_STORE_WAIT" in x for x in logged)
+    with pytest.raises(JobFailed, match="No space left on device"):  # what the cell raises
+        job.outcome()
+    assert "No space left on device" in ViewModel(job.info(), time.time()).summary_html(time.time())  # the view
+    result = cli("result", job.id, "--no-wait")
+    assert result.returncode != 0 and "FAILED: the Store failed: could not write" in result.stderr, result.stderr
+    assert "No space left on device" in cli("logs", job.id).stdout
+    gone(job)
+
+
+def test_a_store_full_for_a_moment_is_waited_for_and_nothing_is_computed_again(faulty, tmp_path, monkeypatch):
+    monkeypatch.setenv("NBBURST_STORE_WAIT", "60")
+    set_faults(faulty, Fault("write", RESULT, "ENOSPC", until=time.time() + 3))
+    side = tmp_path / "runs"
+    job = submit(Burst(), counted_cell(side))
+    assert job.wait(timeout=90) == State.SUCCEEDED
+    assert job.outcome().values["answer"] == 42
+    assert any("result.pkl ENOSPC" in line for line in fault_log(faulty))  # the write did fail, and was waited for
+    assert [row["attempt"] for row in job.attempts()] == [1] and runs(side) == 1
+    gone(job)
+
+
+def test_a_result_computed_before_a_preemption_is_uploaded_by_the_next_attempt_not_computed_again(
+    faulty, tmp_path, monkeypatch
+):
+    """The machine stops while its agent waits for the Store to take the result; restarted with its disk, the
+    next attempt uploads the result the cell computed instead of running the cell again."""
+    monkeypatch.setenv("NBBURST_STORE_WAIT", "120")
+    set_faults(faulty, Fault("write", RESULT, "ENOSPC"))
+    side = tmp_path / "runs"
+    job = submit(Burst(), counted_cell(side))
+    wait_until(lambda: any("result.pkl" in line for line in fault_log(faulty)), timeout=60, what="the result write")
+    job.preempt(0.5)
+    set_faults(faulty)  # space is free again
+    assert job.wait(timeout=90) == State.SUCCEEDED
+    assert job.outcome().values["answer"] == 42
+    assert [row["attempt"] for row in job.attempts()] == [1, 2] and runs(side) == 1
+    events = [r["x"] for r in job.tail().records(2) if r["s"] == "event"]
+    assert any("uploads the verdict an earlier attempt computed" in x for x in events)
+    gone(job)
+
+
+def test_a_spec_altered_in_the_store_fails_the_job_once_with_the_cause_from_the_console(burst_env, monkeypatch):
+    """The agent refuses the spec and cannot end the job with it: it says why on its console, where the supervisor
+    reads it before it would relaunch (it used to relaunch until --max-restarts ran out)."""
+    monkeypatch.setenv("NBBURST_BACKGROUND_SUPERVISOR", "false")
+    with monkeypatch.context() as held:
+        held.setattr(LocalMachines, "launch", lambda self, *a, **k: "held")
+        job = submit(Burst(), "x = 1", max_restarts=3)
+    path = Path(burst_env["root"]) / job.layout.spec
+    spec = json.loads(path.read_text())
+    spec["timeout_s"] = 10 * spec["timeout_s"]
+    path.write_text(json.dumps(spec))  # its seal kept: it no longer matches
+    job.start_machine(job.latest_status(), job.spec)  # the handle holds the genuine spec, as its submitter did
+    assert job.wait(timeout=60) == State.FAILED
+    reason = job.terminal().reason
+    assert "spec.json" in reason and "failed its signature check" in reason and "submit the cell again" in reason
+    assert f"console of machine {job.machine_of()}" in reason and job.terminal().by == "supervisor"
+    assert [row["attempt"] for row in job.attempts()] == [1]
+    assert f"{MARK} 1: job {job.id}: spec.json" in job.console()
+    gone(job)
+
+
+def test_a_full_disk_at_submission_says_which_write_where_and_what_to_do(faulty):
+    set_faults(faulty, Fault("write", "*", "ENOSPC"))
+    with pytest.raises(OSError) as raised:  # still an OSError for those who catch one
+        submit(Burst(), "x = 1")
+    error = raised.value
+    assert isinstance(error, StoreIOError) and isinstance(error, StoreError) and error.errno == 28
+    message = str(error)
+    assert message.startswith("could not write ") and f"in the Store faulty://{faulty}: No space left" in message
+    assert f"free space on the disk that holds faulty://{faulty}" in message
+
+
+def test_a_job_is_read_from_a_read_only_store(faulty, monkeypatch):
+    """Reading a job's state, logs and result needs no write: the Store's clock falls back to its last reading
+    (or this machine's clock) while its probe is refused. A write (a cancel) says why it cannot be done."""
+    job = submit(Burst(), "print('hello')\nanswer = 42")
+    assert job.wait(timeout=60) == State.SUCCEEDED
+    gone(job)
+    with monkeypatch.context() as held:
+        held.setattr(LocalMachines, "launch", lambda self, *a, **k: "held")
+        waiting = submit(Burst(), "x = 1")
+    set_faults(faulty, Fault("write", "*", "EROFS"), Fault("delete", "*", "EROFS"))
+    reader = Burst()
+    again = reader.job(job.id)
+    for _ in range(3):  # every poll
+        assert again.state == State.SUCCEEDED and again.info()["state"] == "SUCCEEDED"
+    assert reader.store.age(job.layout.terminal) >= 0
+    assert any(line.startswith("write clock/") for line in fault_log(faulty))  # the probe was refused
+    assert again.outcome().values["answer"] == 42
+    assert "hello" in "".join(r["x"] for r in again.tail().records(1) if r["s"] == "stdout")
+    listing = cli("jobs")
+    assert listing.returncode == 0 and job.id in listing.stdout and "SUCCEEDED" in listing.stdout, listing.stderr
+    cancel = cli("cancel", waiting.id)  # a write: refused, and said so
+    assert cancel.returncode != 0 and "Traceback" not in cancel.stderr, cancel.stderr
+    assert "Read-only file system; the file system that holds" in cancel.stderr and "remount it" in cancel.stderr
+
+
+def test_the_console_line_is_found_for_its_attempt_only():
+    line = console_line(2, "spec.json of job j failed\nits signature check")
+    assert "\n" not in line
+    console = f"boot\nNov 27 12:00:01 vm nbburst-agent[7]: {line}\n{console_line(1, 'older')}\n"
+    assert console_cause(console, 2) == "spec.json of job j failed its signature check"
+    assert console_cause(console, 1) == "older" and console_cause(console, 3) == ""
