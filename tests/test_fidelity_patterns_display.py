@@ -101,3 +101,45 @@ def test_a_relative_path_lands_where_the_cell_finds_it_and_names_the_folders_it_
     assert workdir_tail(cwd, ["x.csv", "data/y.csv"]) == []
     assert workdir_tail(cwd, ["../x.csv", "../../d/y.csv"]) == ["b", "c"]
     assert workdir_tail(type(cwd)("/top"), ["../../x.csv"]) == ["up1", "top"]
+
+
+# A Figure drawn in one cell and shown again as a later cell's Out (2-D, 3-D): the Out is the image, as the
+# kernel's inline backend draws it, though the machine only unpickles the Figure (it never imports the backend).
+FIGURES = [
+    "import numpy as np\nimport matplotlib.pyplot as plt\nx = np.linspace(0, 1, 50)\n"
+    "fig, ax = plt.subplots()\nax.plot(x, x ** 2);",
+    "ax.legend(['a'])\nfig",
+    "fig3 = plt.figure()\nax3 = fig3.add_subplot(projection='3d')\nax3.plot(x, x, x);",
+    "ax3.view_init(60, 35)\nfig3",
+]
+FIGURE_OUT = ("execute_result", ("image/png", "text/plain"), "<Figure size 640x480 with 1 Axes>")
+
+
+@MODES
+def test_a_figure_shown_again_as_the_out_is_its_image(burst_env, tmp_path, session):
+    pairs, _ = run_pairs(FIGURES, tmp_path, session=session)
+    assert_same(pairs, FIGURES)
+    assert pairs[1][1]["outputs"] == [FIGURE_OUT]
+    assert pairs[3][1]["outputs"] == [FIGURE_OUT]
+
+
+# The kernel's `%config InlineBackend.figure_formats` holds on the machine, for a Figure shown again as the Out
+# and for one a cell draws; a cell that sets it sets it in the kernel too.
+SVG = [
+    "%config InlineBackend.figure_formats = ['svg']\nimport matplotlib.pyplot as plt\n"
+    "fig, ax = plt.subplots()\nax.plot([1, 3, 2]);",
+    "ax.set_title('again')\nfig",
+    "plt.plot([2, 1]);",
+]
+SVG_BACK = ("%%burst\n%config InlineBackend.figure_formats = ['png']\nplt.plot([1, 2]);", "fig")
+
+
+@MODES
+def test_the_kernels_figure_formats_hold_on_the_machine_and_come_back(burst_env, tmp_path, session):
+    pairs, (_, shown) = run_pairs(SVG, tmp_path, then=SVG_BACK, session=session)
+    assert_same(pairs, SVG)
+    svg = ("image/svg+xml", "text/plain")
+    assert [o[:2] for o in pairs[1][1]["outputs"]] == [("execute_result", svg)]
+    assert [o[:2] for o in pairs[2][1]["outputs"]] == [("display_data", svg)]
+    assert [o[:2] for o in shown["outputs"]] == [("execute_result", ("image/png", "text/plain"))]
+

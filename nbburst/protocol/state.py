@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import figureformats
 from .imports import when_imported
 
 
@@ -267,3 +268,5 @@ register("sklearn.config", _sklearn_get, _sklearn_set, module="sklearn")
 register("pandas.options", _pandas_get, _pandas_set, module="pandas")
 register("matplotlib.rcParams", _matplotlib_get, _matplotlib_set, module="matplotlib")
 register("warnings.filters", _warnings_get, _warnings_set, module="warnings")
+# How the shell shows a Figure (the inline backend's settings); there is no Figure before matplotlib.figure.
+register("IPython.InlineBackend", figureformats.current, figureformats.apply, module="matplotlib.figure")
