@@ -143,3 +143,29 @@ def test_the_kernels_figure_formats_hold_on_the_machine_and_come_back(burst_env,
     assert [o[:2] for o in pairs[2][1]["outputs"]] == [("display_data", svg)]
     assert [o[:2] for o in shown["outputs"]] == [("execute_result", ("image/png", "text/plain"))]
 
+
+# A shell line names files of the kernel's folder (one a burst cell wrote there too): the machine has them, and
+# `!` leaves its exit status in _exit_code, in %%bash, %sx and `x = !cmd` as much as in `!cmd`.
+SHELL = [
+    "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 2])\nfig.savefig('plot.png')\n"
+    "plt.close(fig)",
+    "!ls plot.png data.txt\nprint(_exit_code)",
+    "lines = !cat data.txt\nprint(lines)",
+    "%%bash\nwc -l < data.txt",
+    "n = %sx wc -l data.txt\nprint(n)",
+    "!grep -c --file=patterns.txt data.txt",
+]
+EXIT_CODE = ("%%burst\n!ls missing.txt 2>/dev/null", "print(_exit_code)")
+
+
+@MODES
+def test_shell_lines_find_the_files_they_name_and_leave_their_exit_code(burst_env, tmp_path, session):
+    (tmp_path / "data.txt").write_text("a\nb\nc\n")
+    (tmp_path / "patterns.txt").write_text("a\nb\n")  # named only after an option's `=`
+    pairs, (_, code) = run_pairs(SHELL, tmp_path, then=EXIT_CODE, session=session)
+    assert_same(pairs, SHELL)
+    assert pairs[1][1]["outputs"] == [("stream", "stdout", "data.txt  plot.png\r\n0\n")]
+    assert pairs[3][1]["outputs"] == [("stream", "stdout", "3\n")]
+    assert pairs[5][1]["outputs"] == [("stream", "stdout", "2\r\n")]
+    assert code["outputs"] == [("stream", "stdout", "2\n")]  # the burst cell's, not the plain one's 0
+

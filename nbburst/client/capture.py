@@ -31,7 +31,7 @@ from ..options import Options, file_destination
 from ..protocol import workfiles
 from ..protocol.imports import loaded_submodules
 from ..protocol.transfer import names_in
-from .cellcode import check_syntax, dynamic, embedded, written_files
+from .cellcode import check_syntax, dynamic, embedded, shell_words, written_files
 
 # IPython's input and output history: rebound by IPython at every cell, never sent, never brought back.
 # Other names IPython puts in the namespace (display, exit, open, In...) are left out only while they
@@ -336,11 +336,11 @@ def _strings(tree: ast.AST, values: Any) -> Iterator[str]:
 
 
 def _files_named(tree: ast.AST, values: Any) -> list[str]:
-    """Relative paths, among the strings the cell may use, of files in or near the kernel's working folder
-    (``../data/x.csv`` too; not the ones its ``%%writefile`` writes)."""
+    """Relative paths, among the strings the cell may use and the words of its shell lines, of files in or near
+    the kernel's working folder (``../data/x.csv`` too; not the ones its ``%%writefile`` writes)."""
     found: dict[str, None] = {}
     written = written_files(tree)
-    for text in _strings(tree, values):
+    for text in [*_strings(tree, values), *shell_words(tree)]:
         if text in written or not text.strip() or len(text) > 1024 or "\n" in text or text.startswith("~"):
             continue
         path = Path(text)

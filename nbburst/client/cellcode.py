@@ -4,12 +4,15 @@ A kernel cell is compiled with top-level ``await`` allowed (IPython's autoawait)
 ``return`` or ``yield`` outside a function refused, so a cell is checked the same way
 before anything is launched. IPython turns magics into calls that carry code in strings
 (``%%time`` makes the whole cell ``get_ipython().run_cell_magic('time', '', '...')``):
-the names that code reads and binds are part of the cell's inputs and outputs.
+the names that code reads and binds are part of the cell's inputs and outputs. Shell lines
+(``!cmd``, ``%%bash``) become calls too: the files their words name are inputs, and the exit
+status a ``!`` line leaves in ``_exit_code`` is an output.
 """
 
 from __future__ import annotations
 
 import ast
+import shlex
 from dataclasses import dataclass
 
 from ..errors import CellSyntaxError
@@ -20,6 +23,11 @@ PYTHON_MAGICS = {"time": "", "timeit": "nrp", "prun": "lrsTD", "capture": "", "d
 _BINDING_MAGICS = {"capture"}
 #: Calls through which a cell binds names no syntax tree shows.
 _DYNAMIC_CALLS = {"exec", "eval", "globals", "vars", "locals"}
+#: What a ``!cmd`` line binds in the user namespace (IPython's ``system``): the command's exit status.
+EXIT_CODE = "_exit_code"
+#: Magics whose text is a shell's: ``%sx``/``%system`` lines, ``%%bash``/``%%sh``/``%%script`` cells.
+_SHELL_LINE_MAGICS = {"sx", "system"}
+_SHELL_CELL_MAGICS = {"bash", "sh", "script"}
 
 
 def check_syntax(code: str, where: str = "the cell", first_line: int = 1) -> None:
@@ -68,7 +76,58 @@ def embedded(tree: ast.AST) -> Embedded:
             found.code.append(_transformed(code))
         if name in _BINDING_MAGICS:
             found.binds += [w for w in line.split() if not w.startswith("-")][:1]
+    if any(_shell_method(node) == "system" for node in ast.walk(tree)):
+        found.binds.append(EXIT_CODE)
     return found
+
+
+def _shell_method(node: ast.AST) -> str | None:
+    """``system`` or ``getoutput`` for ``get_ipython().system('...')`` (``!cmd``) and ``.getoutput`` (``x = !cmd``)."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("system", "getoutput")
+        and isinstance(node.func.value, ast.Call)
+        and isinstance(node.func.value.func, ast.Name)
+        and node.func.value.func.id == "get_ipython"
+    ):
+        return node.func.attr
+    return None
+
+
+def shell_words(tree: ast.AST) -> list[str]:
+    """The words of the shell commands the cell runs (``!cmd``, ``x = !cmd``, ``%sx``, ``%%bash``/``%%sh``
+    cells), split as a shell splits them, and what follows ``=`` in an option (``--input=data.csv``): the
+    files they name are the cell's inputs as much as the paths its Python writes."""
+    commands = []
+    for node in ast.walk(tree):
+        call = _magic_call(node)
+        if call is not None and call[0] in _SHELL_LINE_MAGICS and call[1]:
+            commands.append(call[1][0])
+        elif call is not None and call[0] in _SHELL_CELL_MAGICS and len(call[1]) > 1:
+            commands.append(call[1][1])
+        elif _shell_method(node) and isinstance(node, ast.Call) and node.args:
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                commands.append(arg.value)
+    words: dict[str, None] = {}
+    for command in commands:
+        for word in _split_shell(command):
+            words.setdefault(word)
+            if word.startswith("-") and "=" in word:
+                words.setdefault(word.partition("=")[2])
+    return list(words)
+
+
+def _split_shell(command: str) -> list[str]:
+    """Words, with redirections and pipes apart (``wc -l<data.txt|sort``); unbalanced quotes: by spaces."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    try:
+        return list(lexer)
+    except ValueError:
+        return command.split()
 
 
 def written_files(tree: ast.AST) -> set[str]:
