@@ -169,3 +169,22 @@ def test_shell_lines_find_the_files_they_name_and_leave_their_exit_code(burst_en
     assert pairs[5][1]["outputs"] == [("stream", "stdout", "2\r\n")]
     assert code["outputs"] == [("stream", "stdout", "2\n")]  # the burst cell's, not the plain one's 0
 
+
+def test_the_files_a_cell_wrote_are_named_in_its_job_view_not_in_its_output(burst_env, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from support.nbrun import run_cells, stream
+
+    outputs = run_cells(["%load_ext nbburst", "%%burst\nopen('out.txt', 'w').write('x')\nprint('done')"], cwd=tmp_path)
+    cell = outputs[1]
+    assert stream(cell) == "done\n" and stream(cell, "stderr") == ""  # as a plain cell: nothing of its files
+    summaries = [o["data"].get("text/html", "") for o in cell if "nbburst" in o.get("metadata", {})]
+    assert any("the cell wrote 1 file(s) in its working folder: out.txt" in s for s in summaries), summaries
+    assert (tmp_path / "out.txt").read_text() == "x"
+    (job,) = Burst().jobs()
+    cli = [sys.executable, "-m", "nbburst", "logs", job.id]
+    out = subprocess.run(cli, capture_output=True, text=True, timeout=120, env=os.environ)
+    assert out.stdout == "done\n" and f"`nbburst download {job.name}`" in out.stderr, out
+    assert "the cell wrote 1 file(s) in its working folder: out.txt" in out.stderr

@@ -44,7 +44,9 @@ class Arrival:
     total: int = 0
 
     def lines(self, job_ref: str, asked: bool = False) -> list[str]:
-        """What to tell the user: nothing when nothing happened, unless the download was ``asked`` for."""
+        """What to tell the user: what differs from a plain cell (files left in the Store, a local file kept
+        beside the machine's), and the files that came, only if the download was ``asked`` for (after a cell,
+        the job view names them: a plain cell prints nothing of the files it writes)."""
         out = []
         if self.held:
             out.append(
@@ -53,7 +55,7 @@ class Arrival:
                 f"`%burst download {job_ref}` or `nbburst download {job_ref} [DEST]` fetches them"
             )
             return out
-        if self.written:
+        if self.written and asked:
             shown = ", ".join(self.written[:8]) + (
                 f" and {len(self.written) - 8} more" if len(self.written) > 8 else ""
             )

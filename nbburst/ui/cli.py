@@ -42,6 +42,7 @@ from ..protocol import backends
 from ..protocol.durations import format_duration, parse_duration
 from ..protocol.job import JobLayout, State, valid_job_id
 from .records import print_record
+from .viewmodel import files_text
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CONFIG, EXIT_NOT_DONE = 0, 1, 2, 3, 4, 5
 EXIT_INTERRUPTED = 130
@@ -138,6 +139,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     job = find_job(session(args), args.job)
     if not args.follow:
         sys.stdout.write(job.logs(args.attempt))
+        say_files(job)
         return EXIT_OK
 
     def show(record: dict[str, Any]) -> None:
@@ -146,7 +148,16 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
     state = job.wait(on_record=show)
     print(f"nbburst: {verdict(job, state)}", file=sys.stderr)
+    say_files(job)
     return job_exit(state)
+
+
+def say_files(job: Any) -> None:
+    """The files the job's cell wrote in its working folder, on stderr: its log says nothing of them (a plain
+    cell prints nothing of the files it writes)."""
+    kept = job.files()
+    if kept:
+        print(f"nbburst: {files_text(kept)}; `nbburst download {job.name}` fetches them", file=sys.stderr)
 
 
 def verdict(job: Any, state: State) -> str:
@@ -193,6 +204,7 @@ def cmd_result(args: argparse.Namespace) -> int:
     value = job.value_of(outcome)
     for warning in outcome.warnings:
         print(f"nbburst: {warning}", file=sys.stderr)
+    say_files(job)
     if args.output:
         with open(args.output, "wb") as f:
             pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)

@@ -395,6 +395,10 @@ class JobView:
             pass
 
     def _render_done(self) -> None:
+        try:
+            self.model.files = self.job.files()
+        except Exception:  # a note of the summary must never break the view
+            pass
         summary = self.model.summary_html(time.time(), background=self.mode == "background")
         self.summary.value = summary
         self.summary.layout.display = None

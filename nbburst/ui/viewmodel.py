@@ -64,6 +64,8 @@ class ViewModel:
         self._log_buffer: list[str] = []
         self._log_chars = 0
         self._rate: tuple[Any, float, float] | None = None  # (desc, total), when and where the pace is measured from
+        #: The files the cell wrote in its working folder and the job kept (path -> size), once it ended.
+        self.files: dict[str, int] = {}
 
     # -- state in -----------------------------------------------------------------------------------
     def update(self, info: dict[str, Any], wall: float) -> None:
@@ -232,6 +234,8 @@ class ViewModel:
             summary += "<br>" + note("; ".join(c["notes"]))
         if state != "SUCCEEDED" and i.get("message"):
             summary += "<br>" + note(i["message"])
+        if self.files:  # said here, not in the cell's output: a plain cell prints nothing of the files it writes
+            summary += "<br>" + note(files_text(self.files))
         if background and state == "SUCCEEDED":
             summary += "<br>" + note(f"`%burst attach {i['name']}` or `job.result()` brings its outputs in")
         return summary
@@ -274,6 +278,17 @@ class ViewModel:
             f"<div class='{style.STATIC}' data-nbburst-job='{job}' data-nbburst-state='{state}' "
             f"style='{style.STATIC_BOX}'>{body}</div>"
         )
+
+
+#: How many of the files a job's cell wrote are named in one line.
+FILES_SHOWN = 8
+
+
+def files_text(files: dict[str, int]) -> str:
+    """One line naming the files a job's cell wrote in its working folder (``files``: path -> size)."""
+    names = sorted(files)
+    more = f" and {len(names) - FILES_SHOWN} more" if len(names) > FILES_SHOWN else ""
+    return f"the cell wrote {len(names)} file(s) in its working folder: {', '.join(names[:FILES_SHOWN])}{more}"
 
 
 def workers_html(workers: dict[str, Any], priced: bool) -> str:
