@@ -10,9 +10,10 @@ pytest_plugins = ["nbburst.testing.pytest_plugin"]
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--corpus",
-        choices=("subset", "all"),
+        choices=("subset", "all", "held-out"),
         default="subset",
-        help="third-party notebooks checked by test_notebook_corpus.py: a representative subset, or all of them",
+        help="third-party notebooks checked by test_notebook_corpus.py: a representative subset, all of them but "
+        "the held-out ones, or only the held-out ones (measured last)",
     )
 
 

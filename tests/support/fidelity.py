@@ -58,9 +58,15 @@ MAX_DIFFS = 6  # differences listed per notebook in a report
 # -- the corpus -----------------------------------------------------------------------------------
 
 
+def entries(folder: Path) -> list[Path]:
+    """The notebooks of one project folder: its ``.ipynb`` files; in a folder of sphinx-gallery scripts (no
+    ``.ipynb``), its ``.py`` files. A ``.py`` file beside ``.ipynb`` notebooks is a module they import."""
+    return sorted(folder.glob("*.ipynb")) or sorted(folder.glob("*.py"))
+
+
 def discover(names: list[str] | None = None) -> list[Path]:
     """Notebooks (``.ipynb``) and gallery scripts (``.py``) of the corpus, by name."""
-    found = sorted(p for p in CORPUS.glob("*/*") if p.suffix in (".ipynb", ".py") and p.is_file())
+    found = sorted(p for folder in CORPUS.iterdir() if folder.is_dir() for p in entries(folder))
     if not names:
         return found
     picked = []
@@ -298,7 +304,13 @@ def execute(
     run = Run(mode=mode)
     scratch = Path(tempfile.mkdtemp(prefix=f"fidelity-{mode}-"))
     work = scratch / "work"
-    shutil.copytree(source_dir, work, ignore=shutil.ignore_patterns("*.ipynb", "*.py", "LICENSE*", "README*"))
+    own = {p.name for p in entries(source_dir)}  # the notebooks; their data files and modules are copied
+
+    def left_out(folder: str, names: list[str]) -> list[str]:
+        here = Path(folder) == source_dir
+        return [n for n in names if (here and n in own) or n.startswith(("LICENSE", "README"))]
+
+    shutil.copytree(source_dir, work, ignore=left_out)
     home = scratch / "home"
     for sub in ("ipython", "mpl", "jupyter/config", "jupyter/data", "jupyter/runtime", "nbburst/root", "nbburst/state"):
         (home / sub).mkdir(parents=True, exist_ok=True)

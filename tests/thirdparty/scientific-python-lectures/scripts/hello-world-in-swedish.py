@@ -1,0 +1,4 @@
+#!/usr/bin/env python
+# -*- coding: UTF-8 -*-
+
+print("Hej världen!")
