@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from support import wait_until
+from support.gce import submit as gce_submit
 from support.jobs import gone, submit
 
 from nbburst.client.burst import Burst
@@ -175,3 +176,26 @@ def test_the_console_line_is_found_for_its_attempt_only():
     console = f"boot\nNov 27 12:00:01 vm nbburst-agent[7]: {line}\n{console_line(1, 'older')}\n"
     assert console_cause(console, 2) == "spec.json of job j failed its signature check"
     assert console_cause(console, 1) == "older" and console_cause(console, 3) == ""
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02)
+def test_a_vm_whose_agent_refuses_its_spec_is_not_relaunched(gce_env, compute_emulator, monkeypatch):
+    """The agent's cause reaches the supervisor through the VM's serial port: one VM, never started again."""
+    burst = Burst()
+    machines = burst.machines("gce")
+    with monkeypatch.context() as held:
+        held.setattr(machines, "launch", lambda *a, **k: "held")
+        job = gce_submit(burst, pow, 2, 10, cores=2, max_restarts=3)
+    spec = json.loads(job.store.get(job.layout.spec))
+    spec["timeout_s"] = 10 * spec["timeout_s"]
+    job.store.put(job.layout.spec, json.dumps(spec).encode())  # its seal kept: it no longer matches
+    job.start_machine(job.latest_status(), job.spec)
+    name = job.machine_of()
+    assert job.wait(timeout=180) == State.FAILED
+    reason = job.terminal().reason
+    assert "spec.json" in reason and "failed its signature check" in reason
+    assert f"console of machine {name}" in reason and job.terminal().by == "supervisor"
+    assert [row["attempt"] for row in job.attempts()] == [1]
+    requests = [r["path"] for r in compute_emulator.request_log if r["method"] == "POST"]
+    assert sum(p.endswith("/instances") for p in requests) == 1 and not any(p.endswith("/start") for p in requests)
+    assert compute_emulator.wait_for_status(name, "DELETED", timeout=30) == "DELETED"
