@@ -579,7 +579,8 @@ class Job:
         elif claim.attempt == 1:
             self.machines.launch(spec, self.url, self.key(), claim.attempt)
         else:
-            self.machines.restart(claim.machine, spec, self.url, self.key(), claim.attempt)
+            # the machine it runs on: a session cell's relaunch gets one of its own, which the claim must name
+            claim.machine = self.machines.restart(claim.machine, spec, self.url, self.key(), claim.attempt)
         claim.launched = claim.heartbeat = time.time()
         key = self.layout.status(claim.attempt)
         try:
