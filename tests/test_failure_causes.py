@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from support import wait_until
 from support.gce import submit as gce_submit
-from support.jobs import gone, submit
+from support.jobs import gone, printed, submit
 
 from nbburst.client.burst import Burst
 from nbburst.errors import JobFailed
@@ -199,3 +199,20 @@ def test_a_vm_whose_agent_refuses_its_spec_is_not_relaunched(gce_env, compute_em
     requests = [r["path"] for r in compute_emulator.request_log if r["method"] == "POST"]
     assert sum(p.endswith("/instances") for p in requests) == 1 and not any(p.endswith("/start") for p in requests)
     assert compute_emulator.wait_for_status(name, "DELETED", timeout=30) == "DELETED"
+
+
+def test_a_read_only_spell_while_the_cell_runs_is_waited_out_and_loses_no_line(faulty, tmp_path, monkeypatch):
+    monkeypatch.setenv("NBBURST_STORE_WAIT", "60")
+    side = tmp_path / "runs"
+    code = (
+        counted_cell(side) + "import time\nfor i in range(8):\n    print('line', i, flush=True)\n    time.sleep(0.4)\n"
+    )
+    job = submit(Burst(), code)
+    wait_until(lambda: runs(side) == 1, timeout=60, what="the cell to start")
+    until = time.time() + 4
+    set_faults(faulty, Fault("write", "*", "EROFS", until=until), Fault("delete", "*", "EROFS", until=until))
+    assert job.wait(timeout=90) == State.SUCCEEDED
+    assert any(" jobs/" in line and line.endswith("EROFS") for line in fault_log(faulty))
+    assert [line for line in printed(job, 1) if line.startswith("line")] == [f"line {i}" for i in range(8)]
+    assert [row["attempt"] for row in job.attempts()] == [1] and runs(side) == 1
+    gone(job)

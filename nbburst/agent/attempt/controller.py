@@ -144,6 +144,8 @@ class Agent:
         writes nothing."""
         if self.fenced():
             return State.PREEMPTED
+        # Every line before the end: a reader stops at the end.
+        patiently("write the job's log", lambda: self.shipper.flush(strict=True), self.say)
         earlier = self.folder.statuses(strict=False)  # for the cost only: a forged one is left out
         statuses = [s for s in earlier if s.attempt != self.attempt] + [self.status]  # ours is the freshest
         return patiently(
@@ -221,6 +223,8 @@ class Agent:
                 if time.monotonic() - last_beat >= HEARTBEAT_SECONDS and not self.fenced():
                     self.write_status()
                     last_beat = time.monotonic()
+            except StoreError as exc:  # a Store that cannot take a heartbeat for now: said, not a traceback
+                print(f"nbburst: {exc}", file=sys.stderr, flush=True)
             except Exception:  # a flaky store must not kill the watchdog
                 traceback.print_exc()
 
@@ -272,7 +276,12 @@ class Agent:
         # What the cell finds there: only what it creates or changes comes back.
         files.baseline(Path(workdir), self.spec)
         checkpoints = local_root(workdir)
-        self.write_status(state=State.PROVISIONING, message="restoring checkpoints", launched=self.launched())
+        launched = self.launched()
+        patiently(
+            "write the attempt's state",
+            lambda: self.write_status(state=State.PROVISIONING, message="restoring checkpoints", launched=launched),
+            self.say,
+        )
         earlier = [s for s in self.folder.statuses(strict=False) if s.attempt < self.attempt]
         self.budget_stop = self._budget_stop(earlier)
         try:
@@ -307,7 +316,12 @@ class Agent:
         self.runner_pid = pid
         if self.stop_reason is not None:  # asked to stop while forking
             self.stop_runner(*self.stop_reason)
-        self.write_status(state=State.RUNNING, started=time.time(), message="")
+        started = time.time()
+        patiently(
+            "write the attempt's state",
+            lambda: self.write_status(state=State.RUNNING, started=started, message=""),
+            self.say,
+        )
         self.shipper.pump(out_r, err_r, ev_r)
         watchdog = threading.Thread(target=self._watch, name="nbburst-watchdog", daemon=True)
         watchdog.start()

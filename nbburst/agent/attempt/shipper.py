@@ -12,6 +12,7 @@ import codecs
 import json
 import os
 import selectors
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from typing import Any
 
 from ...protocol.folder import JobFolder
 from ...protocol.job import SHELL_RECORDS, encode_records
-from ...store import AlreadyExists
+from ...store import AlreadyExists, StoreError
 from .channel import PART
 
 FLUSH_SECONDS = 0.2
@@ -37,6 +38,7 @@ class Shipper:
         self.pending_size = 0
         self.lock = threading.Lock()
         self.last_flush = time.monotonic()
+        self.failing = False  # the Store refused the last flush: what it did not take waits for the next
         self._thread: threading.Thread | None = None
 
     # -- records --------------------------------------------------------------
@@ -49,13 +51,15 @@ class Shipper:
             else:
                 self.pending.append(record)
             self.pending_size += len(record.get("x", "")) + 64
-        if self.pending_size > MAX_CHUNK:
+        if self.pending_size > MAX_CHUNK and not self.failing:  # while failing, the pump's next round tries
             self.flush()
 
     def event(self, text: str) -> None:
         self.add({"s": "event", "x": text})
 
-    def flush(self) -> None:
+    def flush(self, strict: bool = False) -> None:
+        """Write what is pending as one chunk. When the Store cannot take it, it stays pending for the next flush,
+        and ``strict`` raises the Store's error (the last flush before the job's end must not lose it)."""
         with self.lock:
             if not self.pending:
                 return
@@ -63,12 +67,24 @@ class Shipper:
             data = encode_records(records)
             while True:
                 key = self.layout.log_chunk(self.attempt, self.seq)
-                self.seq += 1
                 try:
                     self.folder.create_object(key, data)
+                    self.seq += 1
                     break
                 except AlreadyExists:
+                    self.seq += 1
                     continue  # the number is taken (an earlier run of this attempt, or a planted chunk)
+                except StoreError as exc:  # cannot take it for now (full, read-only): kept, for the next flush
+                    self.pending[:0] = records
+                    self.pending_size += sum(len(r.get("x", "")) + 64 for r in records)
+                    self.last_flush = time.monotonic()
+                    if not self.failing:  # once a spell, on the console: the log is where it cannot go
+                        print(f"nbburst: the job's log waits for the Store: {exc}", file=sys.stderr, flush=True)
+                    self.failing = True
+                    if strict:
+                        raise
+                    return
+            self.failing = False
             self.last_flush = time.monotonic()
 
     # -- pumping file descriptors -------------------------------------------------
