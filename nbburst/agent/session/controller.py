@@ -32,9 +32,9 @@ class _WakingShipper(Shipper):
 
     wake: Any = None
 
-    def flush(self) -> None:
+    def flush(self, strict: bool = False) -> None:
         before = self.seq
-        super().flush()
+        super().flush(strict)
         if self.seq != before and self.wake is not None:
             self.wake(b"L")
 
