@@ -216,3 +216,20 @@ def test_a_read_only_spell_while_the_cell_runs_is_waited_out_and_loses_no_line(f
     assert [line for line in printed(job, 1) if line.startswith("line")] == [f"line {i}" for i in range(8)]
     assert [row["attempt"] for row in job.attempts()] == [1] and runs(side) == 1
     gone(job)
+
+
+def test_an_agent_that_cannot_write_the_jobs_end_leaves_its_cause_on_the_console(faulty, tmp_path):
+    """The Store takes neither the result nor the job's end: the agent's console line is the record, and the
+    supervisor ends the job with it once space is back, instead of relaunching the cell."""
+    set_faults(faulty, Fault("write", RESULT, "ENOSPC"), Fault("write", "jobs/*/terminal.json", "ENOSPC"))
+    side = tmp_path / "runs"
+    job = submit(Burst(), counted_cell(side), max_restarts=10)
+    wait_until(lambda: f"{MARK} 1: " in job.console(), timeout=60, what="the agent's cause on its console")
+    gone(job)
+    assert job.terminal() is None  # it could not write it
+    set_faults(faulty, Fault("write", RESULT, "ENOSPC"))  # the job's end can be written again
+    assert job.wait(timeout=60) == State.FAILED
+    reason = job.terminal().reason
+    assert "result.pkl" in reason and "No space left on device" in reason and "free space" in reason
+    assert f"console of machine {job.machine_of()}" in reason and job.terminal().by == "supervisor"
+    assert [row["attempt"] for row in job.attempts()] == [1] and runs(side) == 1
