@@ -23,9 +23,10 @@ from support.jobs import gone, printed, submit
 from nbburst.client.burst import Burst
 from nbburst.errors import JobFailed
 from nbburst.machines.local import LocalMachines
-from nbburst.protocol.cause import MARK, console_cause, console_line
+from nbburst.protocol.cause import MARK, cause_of, console_cause, console_line
 from nbburst.protocol.job import State
-from nbburst.store import ENV_STORES, StoreError
+from nbburst.protocol.sealed import Altered
+from nbburst.store import ENV_STORES, NotFound, StoreError
 from nbburst.store.base import StoreIOError
 from nbburst.testing.faults import STORES, Fault, fault_log, set_faults
 from nbburst.ui.viewmodel import ViewModel
@@ -233,3 +234,13 @@ def test_an_agent_that_cannot_write_the_jobs_end_leaves_its_cause_on_the_console
     assert "result.pkl" in reason and "No space left on device" in reason and "free space" in reason
     assert f"console of machine {job.machine_of()}" in reason and job.terminal().by == "supervisor"
     assert [row["attempt"] for row in job.attempts()] == [1] and runs(side) == 1
+
+
+def test_each_cause_names_the_object_the_error_and_what_to_do():
+    assert cause_of(Altered("spec.json of job j failed its signature check")).endswith(
+        "submit the cell again, and see who else can write to the Store"
+    )
+    assert "removed from the Store" in cause_of(NotFound("jobs/j/spec.json not found in /s"))
+    full = StoreIOError(28, "write", "jobs/j/result.pkl", "/s")
+    assert cause_of(full).startswith("the Store failed: could not write jobs/j/result.pkl in the Store /s")
+    assert cause_of(ValueError("bad")) == "the agent failed: ValueError: bad"

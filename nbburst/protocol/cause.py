@@ -11,13 +11,15 @@ its word instead (client/supervision/supervisor.py).
 
 from __future__ import annotations
 
-from ..store import StoreError
+from ..store import NotFound, StoreError
 from .signing import SignatureError
 
 #: What starts the agent's console line; the attempt number and the cause follow.
 MARK = "nbburst: cannot run attempt"
 #: Said of an object the job needs that failed its signature check: what to do about it.
 REFUSED_ADVICE = "no attempt would run it; submit the cell again, and see who else can write to the Store"
+#: Said of an object the job needs that is missing.
+REMOVED_ADVICE = "the job's objects were removed from the Store (by `nbburst gc`, or by hand); submit the cell again"
 
 
 def console_line(attempt: int, cause: str) -> str:
@@ -43,9 +45,12 @@ def cause_of(error: BaseException) -> str:
     """The job's end message for ``error``, which no relaunch would clear: what failed, the error, what to do.
 
     A Store's errors say all three already (:class:`~..store.base.StoreIOError`, the Cloud Storage adapter's
-    messages); a refused object gets the advice; anything else is the agent's own failure, named by type."""
+    messages); a refused or missing object gets the advice; anything else is the agent's own failure, named by
+    type."""
     if isinstance(error, SignatureError):
         return f"{error}; {REFUSED_ADVICE}"
+    if isinstance(error, NotFound):
+        return f"{error}; {REMOVED_ADVICE}"
     if isinstance(error, StoreError):
         return f"the Store failed: {error}"
     return f"the agent failed: {type(error).__name__}: {error}"

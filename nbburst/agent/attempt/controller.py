@@ -144,8 +144,10 @@ class Agent:
         writes nothing."""
         if self.fenced():
             return State.PREEMPTED
-        # Every line before the end: a reader stops at the end.
-        patiently("write the job's log", lambda: self.shipper.flush(strict=True), self.say)
+        try:  # every line before the end: a reader stops at the end
+            patiently("write the job's log", lambda: self.shipper.flush(strict=True), self.say)
+        except StoreError as exc:  # the end matters more than the lines the Store would not take
+            print(f"nbburst: the job's last lines are lost: {exc}", file=sys.stderr, flush=True)
         earlier = self.folder.statuses(strict=False)  # for the cost only: a forged one is left out
         statuses = [s for s in earlier if s.attempt != self.attempt] + [self.status]  # ours is the freshest
         return patiently(
