@@ -10,8 +10,10 @@ of what the cells print (``is``, ``np.shares_memory``), both in the kernel and o
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+import pytest
 from support.fidelity import AROUND, MARKER, SUMMARY_CELL, observe
 from support.nbrun import run_cells
 
@@ -32,15 +34,12 @@ def observed(cells: list[str], burst: set[int], mode: str, cwd: Path) -> tuple[l
 
 
 def assert_identical(cells: list[str], burst: set[int], tmp_path: Path) -> list[dict]:
-    """Run ``cells`` the three ways (each in a folder of its own, a copy of ``tmp_path``'s files) and
+    """Run ``cells`` the three ways (each in a folder of its own, a copy of what ``tmp_path`` holds) and
     compare; returns the plain run's observations."""
     runs = {}
     for mode in ("plain", "burst", "session"):
         folder = tmp_path / f"run-{mode}"
-        folder.mkdir()
-        for path in tmp_path.iterdir():
-            if path.is_file():
-                (folder / path.name).write_bytes(path.read_bytes())
+        shutil.copytree(tmp_path, folder, ignore=lambda where, names: [n for n in names if n.startswith("run-")])
         runs[mode] = observed(cells, burst, mode, folder)
     plain, namespace = runs["plain"]
     for i, cell in enumerate(plain):
@@ -132,6 +131,82 @@ def test_views_keep_aliasing_the_kernels_arrays_across_cells(burst_env, tmp_path
         share,
     ]
     assert_identical(cells, {1, 2, 3, 5, 6}, tmp_path)
+
+
+def test_the_notebooks_own_modules_travel_with_the_cell(burst_env, tmp_path):
+    """Modules and packages beside the notebook and on a sys.path entry of the kernel's, imported by the cell
+    or by a notebook function it calls or by one of those modules, imported by the kernel before or not; their
+    classes are the machine's and the kernel's own (``type(u) is my_helpers.Thing``); what an import prints is
+    printed once, where a plain run prints it."""
+    (tmp_path / "my_helpers.py").write_text(
+        "import other_helper\n"
+        "print('my_helpers: imported')\n"
+        "class Thing:\n    def __init__(self, v):\n        self.v = v\n"
+        "    def double(self):\n        return Thing(self.v * 2)\n"
+        "def scaled(x):\n    return x * 3 + other_helper.OFFSET\n"
+    )
+    (tmp_path / "other_helper.py").write_text("OFFSET = 100\n")
+    (tmp_path / "chatty.py").write_text("print('chatty: imported')\nNAME = 'chatty'\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from .core import area\n")
+    (tmp_path / "pkg" / "core.py").write_text("def area(r):\n    return 3 * r * r\n")
+    (tmp_path / "lib" / "shapes").mkdir(parents=True)
+    (tmp_path / "lib" / "shapes" / "__init__.py").write_text("SIDES = {'square': 4}\n")
+    cells = [
+        "import sys, os\nsys.path.append(os.path.abspath('lib'))\nimport my_helpers\nt = my_helpers.Thing(2)",
+        "import pkg\nfrom my_helpers import scaled\nu = t.double()\nbox = [my_helpers.Thing(5)]\n"
+        "print(scaled(1), pkg.area(2), type(u) is my_helpers.Thing, type(box[0]) is my_helpers.Thing)",
+        "print(type(u) is my_helpers.Thing, u.v, box[0].v)",
+        "def uses():\n    import pkg.core\n    import shapes\n    return pkg.core.area(3) + shapes.SIDES['square']",
+        "w = uses()\nprint(w)",
+        "import chatty\nprint(chatty.NAME)",
+        "import chatty\nprint(chatty.NAME, 'again')",
+    ]
+    assert_identical(cells, {1, 2, 4, 5, 6}, tmp_path)
+
+
+def test_the_notebooks_own_modules_need_nothing_of_the_notebooks_folder_on_the_machine(tmp_path, monkeypatch):
+    """A Compute Engine VM has no access to the laptop: the blob the cell takes is all the machine needs."""
+    import subprocess
+    import sys
+
+    from nbburst.protocol import payload, sources
+
+    notebook = tmp_path / "notebook"
+    (notebook / "pkg").mkdir(parents=True)
+    (notebook / "helpers_here.py").write_text("import pkg\nVALUE = pkg.BASE + 1\n")
+    (notebook / "pkg" / "__init__.py").write_text("BASE = 41\n")
+    monkeypatch.chdir(notebook)
+    monkeypatch.syspath_prepend(str(notebook))
+    found = sources.collect(["helpers_here", "numpy.linalg", "json"])
+    assert sorted(found) == ["helpers_here.py", "pkg/__init__.py"]  # what it imports too; never installed ones
+    blob = tmp_path / "sources.blob"
+    blob.write_bytes(sources.encode(found).tobytes())
+    assert payload.decode(blob.read_bytes())["imported"] == []  # the kernel never imported them
+    machine = tmp_path / "machine"
+    machine.mkdir()
+    code = (
+        "import sys\nfrom nbburst.protocol import payload, sources\n"
+        f"sources.place(payload.decode(open({str(blob)!r}, 'rb').read()), '.')\n"
+        "import helpers_here\nprint(helpers_here.VALUE, helpers_here.__file__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=machine, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    value, where = done.stdout.split()
+    assert value == "42" and where.startswith(str(machine / ".nbburst" / "sources"))
+
+
+def test_a_module_too_big_to_travel_is_refused_naming_it(tmp_path, monkeypatch):
+    from nbburst.errors import UsageError
+    from nbburst.protocol import sources
+
+    (tmp_path / "bulky").mkdir()
+    (tmp_path / "bulky" / "__init__.py").write_text("")
+    with open(tmp_path / "bulky" / "table.bin", "wb") as f:
+        f.truncate(sources.MAX_BYTES + 1)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UsageError, match="the module 'bulky'.*--files"):
+        sources.collect(["bulky"])
 
 
 def test_names_notebook_functions_rebind_through_global_are_the_cells_outputs():

@@ -14,7 +14,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +24,7 @@ from ..errors import CaptureError, JobCancelled, JobFailed, JobNotFound, RemoteE
 from ..machines import Machines, open_machines
 from ..machines.base import GONE, STOPPED, machine_name
 from ..options import CELL_OPTIONS, Options, api_keywords, file_destination, split_api_options
-from ..protocol import backends, budget, fence, payload, pricing, signing, transfer, workfiles
+from ..protocol import backends, budget, fence, payload, pricing, signing, sources, transfer, workfiles
 from ..protocol import state as process_state
 from ..protocol.env import manifest, manifest_json
 from ..protocol.folder import JobFolder
@@ -106,7 +106,17 @@ class Burst:
         extra = {"submodules": cap.submodules, "track": True, "returns": cap.returns}
         options = cap.staged(options)  # the files beside the notebook that the cell names
         job = self._submit(
-            "cell", code, cap.values, cap.modules, options, cap.outputs, cap.deletes, extra, cap.optional, cap.namespace
+            "cell",
+            code,
+            cap.values,
+            cap.modules,
+            options,
+            cap.outputs,
+            cap.deletes,
+            extra,
+            cap.optional,
+            cap.namespace,
+            cap.imports,
         )
         job.namespace = cap.namespace
         job.imports_ahead = importahead.start(code)
@@ -131,9 +141,11 @@ class Burst:
         extra: dict[str, Any],
         optional: frozenset[str] = frozenset(),
         namespace: dict[str, Any] | None = None,
+        imports: Iterable[str] = (),
     ) -> Job:
         """``extra``: more entries of inputs.json (submodules, which inputs to watch); ``optional``: values
-        that stay behind if they cannot be pickled; ``namespace``: where the values come from."""
+        that stay behind if they cannot be pickled; ``namespace``: where the values come from; ``imports``:
+        modules the job imports (the notebook's own travel with it as files, :mod:`nbburst.protocol.sources`)."""
         session = self.sessions.for_cell(options)  # a warm session's machine, up (client/session.py), if any
         machines = self.machines(options.backend)
         plan = machines.plan(options.resources)  # refuses what the backend cannot do, before anything else
@@ -146,8 +158,11 @@ class Burst:
         if source is not None:
             options = replace(options, resume=source.id)  # the spec names it by id: names repeat
         inner: dict[str, dict[int, Any]] = {}  # the objects inside each input: results may refer to them
-        encoded = _encode_all(values, optional, namespace, inner)
+        named = {*imports, *modules.values()}  # and the modules of what the inputs hold
+        encoded = _encode_all(values, optional, namespace, inner, named)
         inputs = {"modules": modules, **extra, "state": _encode_state()}
+        if own := sources.collect(named):
+            inputs["sources"] = sources.encode(own)
         files = _check_files(options.files)
         if options.name and self._find_by_name(store, options.name, running_only=True):
             raise UsageError(f"--name: a job called {options.name!r} is still running; pick another name")
@@ -321,10 +336,11 @@ def _encode_all(
     optional: frozenset[str] = frozenset(),
     namespace: dict[str, Any] | None = None,
     inner: dict[str, dict[int, Any]] | None = None,
+    named: set[str] | None = None,
 ) -> dict[str, payload.Encoded]:
     """Every input as a blob (see :func:`transfer.encode_inputs`); one that cannot be pickled stops the
     submission, naming it, unless it is ``optional``."""
-    encoded, failed = transfer.encode_inputs(values, optional, namespace, inner)
+    encoded, failed = transfer.encode_inputs(values, optional, namespace, inner, named)
     for name, exc in failed.items():
         if name not in optional:
             shown = "a function argument" if name.startswith("__") else name

@@ -29,6 +29,7 @@ from typing import Any
 from ..errors import UsageError
 from ..options import Options, file_destination
 from ..protocol import workfiles
+from ..protocol.dist import imported_names
 from ..protocol.imports import loaded_submodules
 from ..protocol.transfer import names_in
 from .cellcode import check_syntax, dynamic, embedded, shell_words, written_files
@@ -215,6 +216,7 @@ class Capture:
     namespace: dict[str, Any] | None = None  # where the values come back to
     optional: frozenset[str] = frozenset()  # values only named in strings: sent if they can be pickled
     files: list[str] = field(default_factory=list)  # files the cell names, relative to the kernel's folder
+    imports: list[str] = field(default_factory=list)  # modules the cell, its notebook functions and inputs need
 
     def staged(self, options: Options) -> Options:
         """``options`` with the files the cell names added to ``--files`` (unless one lands there already)."""
@@ -245,7 +247,7 @@ def capture(
             result.modules[name] = value.__name__
         else:
             result.values[name] = value
-    rebound, unbound = _globals_bound_by_functions(result.values.values(), namespace)
+    rebound, unbound, imported = _reached_by_functions(result.values.values(), namespace)
     outputs = [n for n in [*analysis.assigns, *rebound] if not _HISTORY.match(n)]
     outputs = list(dict.fromkeys(outputs))
     if out is not None:
@@ -261,6 +263,7 @@ def capture(
     result.deletes = sorted({*analysis.deletes, *unbound})  # the machine reports which are really gone
     result.submodules = loaded_submodules(_packages(tree, result))
     result.files = _files_named(tree, result.values.values())
+    result.imports = [*imported_names(code), *imported, *result.modules.values()]
     return result
 
 
@@ -288,12 +291,14 @@ def _functions_of(value: Any) -> list[types.FunctionType]:
     return [f for f in found if isinstance(f, types.FunctionType) and f.__module__ == "__main__"]
 
 
-def _globals_bound_by_functions(values: Any, namespace: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """(names assigned, names deleted) through ``global`` by the notebook functions the cell may call: the ones
-    it reads, and those these read, at any depth. Run in the kernel, ``bump()`` rebinds ``counter`` there; the
-    cell's syntax never shows it, so these names come back as outputs (or are deleted) as the cell's own."""
+def _reached_by_functions(values: Any, namespace: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
+    """(names assigned, names deleted through ``global``, modules imported) by the notebook functions the cell
+    may call: the ones it reads, and those these read, at any depth. Run in the kernel, ``bump()`` rebinds
+    ``counter`` there; the cell's syntax never shows it, so these names come back as outputs (or are deleted)
+    as the cell's own; and the modules they import must be there on the machine."""
     assigned: dict[str, None] = {}
     deleted: dict[str, None] = {}
+    imported: dict[str, None] = {}
     seen: set[int] = set()
     pending = [f for v in values for f in _functions_of(v)]
     while pending:
@@ -309,9 +314,11 @@ def _globals_bound_by_functions(values: Any, namespace: Mapping[str, Any]) -> tu
                     assigned.setdefault(instruction.argval)
                 elif instruction.opname == "DELETE_GLOBAL":
                     deleted.setdefault(instruction.argval)
+                elif instruction.opname == "IMPORT_NAME":
+                    imported.setdefault(instruction.argval)
                 elif instruction.opname == "LOAD_GLOBAL" and instruction.argval in namespace:
                     pending += _functions_of(namespace[instruction.argval])
-    return list(assigned), list(deleted)
+    return list(assigned), list(deleted), list(imported)
 
 
 def _filled(cell: types.CellType) -> bool:

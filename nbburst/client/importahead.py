@@ -9,13 +9,20 @@ had the cell run locally), only sooner.
 Only the imports the cell runs for certain are taken: its top-level ``import`` statements, not those in a
 function, a branch or a ``try`` (a cell may guard an import the kernel cannot make). A failure here is
 left alone: loading the values meets the same one and reports it, as it does without this.
+
+What these imports print (a module beside the notebook announcing itself, a package's warning) is not
+shown: the cell's own import on the machine printed it in the cell already, as the kernel's would have
+once. Only this thread's writes are dropped; the cell's output goes on meanwhile.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import threading
+from collections.abc import Iterator
+from typing import Any, TextIO
 
 from ..protocol.imports import imported_by
 
@@ -33,8 +40,34 @@ def start(code: str) -> threading.Thread | None:
 
 
 def _import_all(names: list[str]) -> None:
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception:  # loading the values meets it and reports it, as it would without this
-            pass
+    with _quiet("stdout"), _quiet("stderr"):
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except Exception:  # loading the values meets it and reports it, as it would without this
+                pass
+
+
+class _QuietIn:
+    """A stream that drops what one thread writes and passes on what the others do."""
+
+    def __init__(self, stream: TextIO, thread: threading.Thread):
+        self.stream, self.thread = stream, thread
+
+    def write(self, text: str) -> int:
+        return len(text) if threading.current_thread() is self.thread else self.stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """This thread's writes to ``sys.<name>`` dropped while it lasts (put back unless replaced meanwhile)."""
+    quiet = _QuietIn(getattr(sys, name), threading.current_thread())
+    setattr(sys, name, quiet)
+    try:
+        yield
+    finally:
+        if getattr(sys, name) is quiet:
+            setattr(sys, name, quiet.stream)

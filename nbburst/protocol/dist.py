@@ -31,10 +31,8 @@ import base64
 import functools
 import hashlib
 import hmac
-import importlib.util
 import io
 import json
-import os
 import re
 import sys
 import zipfile
@@ -47,15 +45,13 @@ from typing import Any
 from .. import __version__
 from ..errors import UsageError
 from ..store import Store
-from . import env, payload, signing
+from . import env, payload, signing, sources
 from .env import Local, Pin, Unavailable, normalise
 from .job import BLOBS_PREFIX, JobLayout, blob_key
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)
-_SKIP_DIRS = {"__pycache__", "labextension", ".pytest_cache", ".git", ".ipynb_checkpoints"}
-_SKIP_SUFFIXES = (".pyc", ".pyo")
 #: A local package bigger than this does not travel (it is data, not code).
-MAX_LOCAL_BYTES = 64 << 20
+MAX_LOCAL_BYTES = sources.MAX_BYTES
 
 #: Never installed on the machine to match the notebook: build tools, the kernel and its transport,
 #: Jupyter itself, and nbburst (which comes as the wheel).
@@ -136,24 +132,14 @@ def _wheel_file(tag: str) -> bytes:
     return f"Wheel-Version: 1.0\nGenerator: nbburst.protocol.dist\nRoot-Is-Purelib: true\nTag: {tag}\n".encode()
 
 
-def _folder_files(root: Path) -> list[Path]:
-    files = []
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if any(part in _SKIP_DIRS or part.startswith(".") for part in rel.parts[:-1]) or not path.is_file():
-            continue
-        if path.name.endswith(_SKIP_SUFFIXES) or path.name.startswith(".") or path.name in _SKIP_DIRS:
-            continue
-        files.append(path)
-    return files
-
-
 def _tree_entries(roots: Iterable[Path]) -> list[tuple[str, bytes]]:
     """Archive entries of packages (folders) and modules (files), named from their top-level name down."""
     entries = []
     for root in roots:
         if root.is_dir():
-            entries += [(f"{root.name}/{p.relative_to(root).as_posix()}", p.read_bytes()) for p in _folder_files(root)]
+            entries += [
+                (f"{root.name}/{p.relative_to(root).as_posix()}", p.read_bytes()) for p in sources.folder_files(root)
+            ]
         else:
             entries.append((root.name, root.read_bytes()))
     return entries
@@ -222,7 +208,7 @@ _PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _nbburst_files() -> list[Path]:
-    return [p for p in _folder_files(_PACKAGE_ROOT) if "labextension" not in p.relative_to(_PACKAGE_ROOT).parts]
+    return [p for p in sources.folder_files(_PACKAGE_ROOT) if "labextension" not in p.relative_to(_PACKAGE_ROOT).parts]
 
 
 def _fingerprint(files: list[Path]) -> tuple:
@@ -344,20 +330,6 @@ def _under(path: Path, folder: Path) -> bool:
         return False
 
 
-def _module_root(top: str) -> Path | None:
-    """The folder (package) or file (module) the top-level module ``top`` is found at, without importing it."""
-    try:
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError):
-        return None
-    if spec is None:
-        return None
-    if spec.submodule_search_locations:
-        locations = list(spec.submodule_search_locations)
-        return Path(locations[0]) if locations else None
-    return Path(spec.origin) if spec.origin and os.path.isfile(spec.origin) else None
-
-
 def local_modules(code: str, modules: Iterable[str] = ()) -> dict[str, Path]:
     """Top-level modules the cell imports that no distribution holds and that live in the notebook's folder
     (the working directory): they travel as a wheel. ``{top-level name: folder or file}``."""
@@ -367,7 +339,7 @@ def local_modules(code: str, modules: Iterable[str] = ()) -> dict[str, Path]:
     for top in sorted({n.split(".")[0] for n in _module_names(code, modules, False)}):
         if top in mapping or top == "nbburst":
             continue
-        root = _module_root(top)
+        root = sources.module_root(top)
         if root is not None and _under(root.resolve(), here):
             out[top] = root
     return out
@@ -381,7 +353,7 @@ def _editable_roots(name: str) -> list[Path]:
     tops.add(re.sub(r"[-.]+", "_", name))
     roots = []
     for top in sorted(tops):
-        root = _module_root(top) if top.isidentifier() else None
+        root = sources.module_root(top) if top.isidentifier() else None
         if root is not None and not any(part in ("site-packages", "dist-packages") for part in root.parts):
             roots.append(root)
     return roots
@@ -394,7 +366,7 @@ def local_wheel(item: Local) -> tuple[str, bytes]:
         roots = _editable_roots(item.name)
         if not roots:
             raise ValueError("its source folder was not found")
-        size = sum(p.stat().st_size for r in roots for p in (_folder_files(r) if r.is_dir() else [r]))
+        size = sum(p.stat().st_size for r in roots for p in (sources.folder_files(r) if r.is_dir() else [r]))
         if size > MAX_LOCAL_BYTES:
             raise ValueError(f"its folders hold {size >> 20} MiB, more than {MAX_LOCAL_BYTES >> 20} MiB of code")
         return folder_wheel(item.name, item.version, roots, metadata.distribution(item.name).read_text("METADATA"))

@@ -25,17 +25,12 @@ shared references stay shared (see :mod:`nbburst.protocol.namespace`).
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import functools
 import hashlib
 import mmap
 import os
 import pickle
 import struct
-import sys
-import sysconfig
-import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -97,52 +92,12 @@ class Encoded:
         return b"".join(self.parts)
 
 
-@functools.lru_cache(maxsize=1)
-def _installed_roots() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    return tuple({os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")})
-
-
-def _local_modules(value: Any) -> list[types.ModuleType]:
-    """Modules of the user's own source files (next to the notebook) that ``value`` comes from.
-
-    They do not exist on the machine, so their functions and classes must travel
-    by value, as the notebook's own do.
-    """
-    names = {getattr(value, "__module__", None), type(value).__module__}
-    found = []
-    for name in filter(None, names):
-        mod = sys.modules.get(name)
-        path = getattr(mod, "__file__", None)
-        if mod is None or name == "__main__" or not path or name.split(".")[0] == "nbburst":
-            continue
-        if not os.path.realpath(path).startswith(_installed_roots()):
-            found.append(mod)
-    return found
-
-
-@contextlib.contextmanager
-def user_modules_by_value(value: Any) -> Iterator[None]:
-    """While pickling ``value``: the user's own modules it comes from travel by value (see _local_modules)."""
-    import cloudpickle
-
-    local = [m for m in _local_modules(value) if m.__name__ not in cloudpickle.list_registry_pickle_by_value()]
-    for mod in local:
-        cloudpickle.register_pickle_by_value(mod)
-    try:
-        yield
-    finally:
-        for mod in local:
-            cloudpickle.unregister_pickle_by_value(mod)
-
-
 def encode(value: Any) -> Encoded:
     """Pickle ``value`` (cloudpickle, protocol 5, buffers out of band)."""
     from . import codepickle
 
     buffers: list[pickle.PickleBuffer] = []
-    with user_modules_by_value(value):
-        body = codepickle.dumps(value, buffer_callback=buffers.append)
+    body = codepickle.dumps(value, buffer_callback=buffers.append)
     return assemble([(memoryview(body), [b.raw() for b in buffers])])
 
 

@@ -93,6 +93,8 @@ class _Pickler(codepickle.Pickler):
     ``formulas``: collects the names that the formulas (strings with a ``~``) it pickles mention: a
     statsmodels model re-evaluates its formula when it is unpickled.
     ``regions``: arrays the target has or gets; an array lying in one travels as a view of it (:mod:`.views`).
+    ``named``: collects the modules of the classes and functions it pickles, and the modules it pickles: the
+    target must be able to import them (:mod:`.sources`).
     """
 
     def __init__(
@@ -104,9 +106,10 @@ class _Pickler(codepickle.Pickler):
         fingerprinting: bool = False,
         formulas: set[str] | None = None,
         regions: views.Regions | None = None,
+        named: set[str] | None = None,
     ):
         self.refs, self.adopt, self.fingerprinting = refs or {}, dict(adopt or {}), fingerprinting
-        self.formulas, self.regions = formulas, regions
+        self.formulas, self.regions, self.named = formulas, regions, named
         self.plain: set[int] = set()  # arrays pickled as their own bytes whatever regions hold them
         self.emitted: dict[Address, int] = {}  # adopted address -> index of the value whose pickle carries it
         self.referred: set[Address] = set()
@@ -139,6 +142,10 @@ class _Pickler(codepickle.Pickler):
         return ("adopt", name, *content)
 
     def reducer_override(self, obj: Any) -> Any:
+        if self.named is not None and isinstance(obj, (type, types.FunctionType, types.ModuleType)):
+            home = obj.__name__ if isinstance(obj, types.ModuleType) else obj.__module__
+            if isinstance(home, str):
+                self.named.add(home)
         if self.regions is not None and id(obj) not in self.plain:
             region = self.regions.region_of(obj)
             if region is not None:
@@ -343,6 +350,7 @@ def encode_inputs(
     optional: Collection[str] = (),
     namespace: dict[str, Any] | None = None,
     inner: dict[str, dict[int, Any]] | None = None,
+    named: set[str] | None = None,
 ) -> tuple[dict[str, payload.Encoded], dict[str, Exception]]:
     """Each input as a blob of its own (content-addressed: an unchanged one is not uploaded again), an
     input that another one holds as a reference to it, so that they are one object on the machine too
@@ -353,7 +361,7 @@ def encode_inputs(
     optional input: the formula is evaluated again where the input is unpickled.
 
     ``inner`` receives, per input, the mutable objects inside it by address (:func:`inner_objects`): what
-    comes back may refer to them (:func:`load_values`)."""
+    comes back may refer to them (:func:`load_values`). ``named`` receives the modules the inputs name."""
     values, optional = dict(values), set(optional)
     holdable = {n: v for n, v in values.items() if n not in optional and not isinstance(v, IMMUTABLE)}
     refers: dict[str, set[str]] = {}
@@ -379,10 +387,9 @@ def encode_inputs(
         # order for every input: no cycles)
         held = [v for n, v in holdable.items() if n == name or id(v) in refs]
         held += [obj for objects in inside.values() for obj in objects.values() if id(obj) in refs]
-        pickler = _Pickler(out, buffers.append, refs, formulas=mentioned, regions=views.Regions(held))
+        pickler = _Pickler(out, buffers.append, refs, formulas=mentioned, regions=views.Regions(held), named=named)
         try:
-            with payload.user_modules_by_value(value):
-                pickler.dump(value)
+            pickler.dump(value)
         except Exception as exc:
             failed[name] = exc
             continue

@@ -8,17 +8,19 @@ back only as a reference to the kernel's own object. The objects inside an
 input keep their address (:func:`transfer.inner_objects`): inside a changed
 input they go back to update the kernel's very objects (the steps of a fitted
 Pipeline, bound to other names there too), arrays among them only if their own
-fingerprint changed; inside an unchanged one they go back as references. The kernel's submodules
-and process state (:mod:`nbburst.protocol.state`) come with them.
+fingerprint changed; inside an unchanged one they go back as references. The kernel's submodules,
+the notebook's own modules (:mod:`nbburst.protocol.sources`) and process state
+(:mod:`nbburst.protocol.state`) come with them.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
 from typing import Any
 
-from ...protocol import imports, payload, signing, state, transfer
+from ...protocol import imports, payload, signing, sources, state, transfer
 from ...protocol.job import JobLayout, JobSpec, blob_key
 from ...store import Store
 from ..session import blobcache
@@ -123,6 +125,8 @@ def load(store: Store, layout: JobLayout, spec: JobSpec, ns: dict[str, Any]) -> 
     if payload.digest_bytes(raw) != spec.digests.get("inputs.json"):
         raise signing.SignatureError("inputs.json does not match the signed job spec; refusing to load it")
     manifest = json.loads(raw)
+    if "sources" in manifest:  # the notebook's own modules, first on sys.path before anything is imported
+        sources.place(_fetch(store, manifest["sources"], "the notebook's own modules", ns), os.getcwd())
     imports.import_all(manifest.get("submodules", []))
     tracker = state.Tracker(_fetch(store, manifest["state"], "the process state", ns) if "state" in manifest else {})
     inputs = Inputs(manifest, tracker)
