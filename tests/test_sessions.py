@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
-from support import wait_until
+from support import held_cell, wait_until
 
 from nbburst.client.burst import Burst
 from nbburst.client.capture import capture
@@ -145,19 +145,19 @@ def test_sessions_command_shows_and_stops_sessions(burst, capsys):
     assert burst.sessions.all() == []
 
 
-def preempted_cell(b: Burst, ns: dict[str, Any], seconds: float) -> Any:
-    """A cell of ``seconds`` (then ``v = 5``) on a new session, whose machine is preempted while it runs."""
+def preempted_cell(b: Burst, ns: dict[str, Any], started: Path) -> Any:
+    """A cell (``v = 5`` once relaunched) on a new session, whose machine is preempted while it runs."""
     b.sessions.start(cores=1, idle="5m", timeout="10m", preload=[])
-    code = f"import time\ntime.sleep({seconds})\nv = 5"
+    code = held_cell(started, "v = 5")
     job = b.submit_cell(code, capture(code, ns, None), b.options(max_restarts=2))
-    wait_until(lambda: job.state == State.RUNNING, timeout=60, what="the cell runs")
+    wait_until(started.exists, timeout=120, what="the cell runs")
     job.preempt(grace_s=1.0)
     return job
 
 
-def test_a_preempted_cell_recovers_and_the_session_comes_back(burst):
+def test_a_preempted_cell_recovers_and_the_session_comes_back(burst, tmp_path):
     ns: dict[str, Any] = {}
-    job = preempted_cell(burst, ns, 3)
+    job = preempted_cell(burst, ns, tmp_path / "started")
     assert job.wait(timeout=120) == State.SUCCEEDED, job.logs()
     job.outcome(ns).merge_into(ns)
     assert ns["v"] == 5 and job.attempt == 2
@@ -310,13 +310,15 @@ def test_a_package_that_asks_for_a_kernel_is_imported_by_the_warm_parent_and_its
     assert opened and ns["notebook"], "the bar is a widget, as in a kernel"
 
 
-def test_a_cell_preempted_unwatched_comes_back_without_ending_the_session_revived_meanwhile(burst, monkeypatch):
+def test_a_cell_preempted_unwatched_comes_back_without_ending_the_session_revived_meanwhile(
+    burst, monkeypatch, tmp_path
+):
     """The session's machine is preempted while a cell runs and nobody waits on it; the next cell brings the
     session back; only then is the first cell relaunched. Its relaunch replaces the machine it ran on, which
     must not be the session as it came back."""
     monkeypatch.setenv("NBBURST_BACKGROUND_SUPERVISOR", "false")  # the relaunch happens when this test says
     ns: dict[str, Any] = {}
-    first = preempted_cell(burst, ns, 2)
+    first = preempted_cell(burst, ns, tmp_path / "started")
     after = run(burst, PARENT + "w = 1", ns)
     assert after.state == State.SUCCEEDED and after.session.revived
     warm = asked(burst.sessions.get())["pid"]
