@@ -31,8 +31,11 @@ LARGE_QUOTAS = {
 }
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 30.0, step: float = 0.05, what: str = "") -> T:
-    """Poll ``predicate`` until it returns something true, and return that; fail after ``timeout`` s."""
+def wait_until(predicate: Callable[[], T], timeout: float = 120.0, step: float = 0.05, what: str = "") -> T:
+    """Poll ``predicate`` until it returns something true, and return that; fail after ``timeout`` s.
+
+    The default deadline is for a machine whose two cores other work keeps busy: waiting costs nothing when
+    the condition comes at once, and a deadline sized for an idle machine fails a test that is right."""
     end = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -43,7 +46,7 @@ def wait_until(predicate: Callable[[], T], timeout: float = 30.0, step: float = 
         time.sleep(step)
 
 
-def machines_gone(machines: Any, job_id: str | None = None, timeout: float = 10.0) -> None:
+def machines_gone(machines: Any, job_id: str | None = None, timeout: float = 60.0) -> None:
     """Wait until the Machines adapter ``machines`` lists none (of ``job_id``, or at all); fail after ``timeout`` s.
 
     An agent ends its own machine a moment after it commits the job's end.
