@@ -197,4 +197,4 @@ def _fix_for(name: str, message: str) -> str:
         )
     if name == "quota":
         return "let these credentials read the project's and region's quotas (roles/compute.viewer)"
-    return "see the gce section of the README"
+    return "see docs/compute-engine-first-run.md in nbburst's repository (what a project needs once)"
