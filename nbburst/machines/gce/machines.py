@@ -142,7 +142,7 @@ def workbench() -> dict[str, str] | None:
 
 
 #: The network tag of a ``--workers`` job's VMs: Dask's traffic between them is admitted by a firewall rule
-#: from and to this tag only (README, "Scale out on Dask").
+#: from and to this tag only (docs/scale-out.md, "Firewall on Compute Engine").
 DASK_TAG = "nbburst-dask"
 
 
@@ -496,7 +496,7 @@ class GCEMachines(Machines):
             scheduling=scheduling,
             service_accounts=self.service_accounts(),
         )
-        if spec.resources.workers:  # the firewall rule of README "Scale out" admits Dask's traffic between these
+        if spec.resources.workers:  # the firewall rule of docs/scale-out.md admits Dask's traffic between these
             resource.tags = compute_v1.Tags(items=[DASK_TAG])
         if attached and gpu_count:
             resource.guest_accelerators = [
