@@ -294,7 +294,7 @@ def test_metadata_host_detection(monkeypatch):
     assert preemption.budget() == 4.5
 
 
-def _until(cond, timeout: float = 5.0) -> None:
+def _until(cond, timeout: float = 60.0) -> None:
     end = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > end:

@@ -294,17 +294,18 @@ def test_no_capacity_backs_off_rotates_zones_then_falls_back_to_on_demand(burst_
 def test_lease_one_supervisor_per_job(burst_env, monkeypatch):
     burst = Burst()
     job = submit(burst, "x = 1")
-    job.wait(timeout=30)
+    job.wait(timeout=120)
     gone(job)
-    a, b = supervisor.Lease(job, "a", seconds=0.5), supervisor.Lease(job, "b", seconds=0.5)
+    # leases long enough that a busy machine's pauses between two calls do not let one expire
+    a, b = supervisor.Lease(job, "a", seconds=2.0), supervisor.Lease(job, "b", seconds=2.0)
     assert a.acquire() and not b.acquire()
     assert a.acquire()  # renew
-    time.sleep(0.6)
+    time.sleep(2.2)
     assert b.acquire() and not a.acquire()  # taken over once expired
     b.release()
     assert a.acquire()
     results = []
-    leases = [supervisor.Lease(job, f"t{i}", seconds=5) for i in range(6)]
+    leases = [supervisor.Lease(job, f"t{i}", seconds=60) for i in range(6)]
     a.release()
     threads = [threading.Thread(target=lambda lease=lease: results.append(lease.acquire())) for lease in leases]
     for t in threads:
