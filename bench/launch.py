@@ -155,6 +155,7 @@ def env_run(burst, compute, **options) -> dict[str, float]:
 def environments(compute, base: Path) -> None:
     """The three ways a stock image gets the notebook's environment (see the module's docstring)."""
     from nbburst.client.burst import Burst
+    from nbburst.machines.gce.context import GCEContext
     from nbburst.machines.gce.image import ImageBuilder, plan
     from nbburst.protocol import dist
     from nbburst.testing.pypi import PackageIndex
@@ -179,8 +180,9 @@ def environments(compute, base: Path) -> None:
     requirements.write_text("".join(f"{n}=={v}\n" for n, v in wanted.items()))
     os.environ["NBBURST_IMAGE_PROJECT"] = compute.project
     ImageBuilder.poll_s = 0.2
-    image = ImageBuilder(burst.machines("gce"), say=lambda line: None).build(
-        plan(burst.machines("gce"), family="bench-baked", requirements=str(requirements))
+    context = GCEContext(burst.settings)
+    image = ImageBuilder(context, say=lambda line: None).build(
+        plan(context, family="bench-baked", requirements=str(requirements))
     )
     rows["baked image (nbburst image build)"] = env_run(burst, compute, image_family=image.family)
     index.stop()

@@ -161,7 +161,7 @@ def test_doctor_reports_each_check_with_a_fix(gce_env, compute_emulator, capsys)
 
 
 def test_workbench_gives_project_zone_service_account_and_image(gce_env, compute_emulator, monkeypatch):
-    from nbburst.machines.gce import machines as gce
+    from nbburst.machines.gce import context as gce
 
     tree = {
         "instance/attributes": {"proxy-url": "https://abc-dot-us-central1.notebooks.googleusercontent.com"},
@@ -182,6 +182,6 @@ def test_workbench_gives_project_zone_service_account_and_image(gce_env, compute
             # not the Workbench instance's own image (private to Google: no VM boots from it), the default one
             assert plan.image == "projects/debian-cloud/global/images/debian-12-bookworm-v20240110"
             assert "the default stock image" in plan.reason
-            assert machines._service_account() == "wb@nbburst-test.iam.gserviceaccount.com"
+            assert machines.context.service_account() == "wb@nbburst-test.iam.gserviceaccount.com"
         finally:
             gce._workbench.cache_clear()

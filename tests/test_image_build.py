@@ -17,6 +17,7 @@ from nbburst import __version__
 from nbburst.client.burst import Burst
 from nbburst.errors import UsageError
 from nbburst.machines.base import machine_name
+from nbburst.machines.gce.context import GCEContext
 from nbburst.machines.gce.image import ImageBuilder, build_script, packages_to_bake, plan, read_requirements
 from nbburst.protocol import dist
 from nbburst.protocol.job import State
@@ -162,14 +163,14 @@ def test_dry_run_prints_the_plan_and_creates_nothing(image_env, compute_emulator
 
 
 def test_plan_refusals(image_env, compute_emulator, tmp_path, capsys):
-    machines = Burst().machines("gce")
+    context = GCEContext(Burst().settings)
     compute_emulator.add_image(compute_emulator.project, "old-py39", "old", labels={"python": "3-9"})
     with pytest.raises(UsageError, match="labelled Python 3.9, but this notebook runs Python 3.11"):
-        plan(machines, base_family="old")
+        plan(context, base_family="old")
     with pytest.raises(UsageError, match="image family nope does not exist in project debian-cloud"):
-        plan(machines, base_family="nope", base_project="debian-cloud")
+        plan(context, base_family="nope", base_project="debian-cloud")
     with pytest.raises(UsageError, match="--machine-type n9-huge: not offered in zone us-central1-a"):
-        plan(machines, machine_type="n9-huge")
+        plan(context, machine_type="n9-huge")
     assert main(["image", "build", "--family", "Not_A_Family", "--dry-run"]) == 2
     assert "--family 'Not_A_Family'" in capsys.readouterr().err
     local = tmp_path / "req.txt"

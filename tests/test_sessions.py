@@ -13,7 +13,7 @@ from support import held_cell, wait_until
 
 from nbburst.client.burst import Burst
 from nbburst.client.capture import capture
-from nbburst.client.session import SessionGone
+from nbburst.client.session.manager import SessionGone
 from nbburst.errors import JobFailed
 from nbburst.machines.base import GONE, machine_name
 from nbburst.protocol.job import State, blob_key

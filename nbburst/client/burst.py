@@ -52,7 +52,7 @@ from ..protocol.outcome import commit_terminal, holds_verdict, read_error, verdi
 from ..store import AlreadyExists, NotFound, Store, open_store
 from . import files, importahead, resume, workers
 from .capture import Capture, unpicklable_message
-from .session import Session, Sessions
+from .session.manager import Session, Sessions
 from .supervision import laptop
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ class Burst:
         """``extra``: more entries of inputs.json (submodules, which inputs to watch); ``optional``: values
         that stay behind if they cannot be pickled; ``namespace``: where the values come from; ``imports``:
         modules the job imports (the notebook's own travel with it as files, :mod:`nbburst.protocol.sources`)."""
-        session = self.sessions.for_cell(options)  # a warm session's machine, up (client/session.py), if any
+        session = self.sessions.for_cell(options)  # a warm session's machine, up (client/session/), if any
         machines = self.machines(options.backend)
         plan = machines.plan(options.resources)  # refuses what the backend cannot do, before anything else
         machines.check_environment(code, modules.values())  # and a package the cell needs that it cannot install
@@ -186,14 +186,12 @@ class Burst:
         job.launch(attempt=1)
         if self.settings.background_supervisor and not backends.is_remote(options.backend):
             laptop.ensure(self.settings, store.url)  # machines that only a supervisor on this computer relaunches
-        watch = getattr(machines, "ensure_watcher", None)  # a cloud's own supervisor: relaunches with the laptop shut
-        if callable(watch):
-            try:
-                watch(store, spec)
-            except Exception as exc:  # the job runs; only its relaunch while no notebook runs is at stake
-                logging.getLogger("nbburst").warning(
-                    "nbburst: job %s: no watcher relaunches it while no notebook runs: %s", job_id, exc
-                )
+        try:  # a cloud's own supervisor: relaunches with the laptop shut
+            machines.ensure_watcher(store, spec)
+        except Exception as exc:  # the job runs; only its relaunch while no notebook runs is at stake
+            logging.getLogger("nbburst").warning(
+                "nbburst: job %s: no watcher relaunches it while no notebook runs: %s", job_id, exc
+            )
         return job
 
     def _write_job(

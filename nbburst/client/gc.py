@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..machines.base import Machines
 from ..protocol.job import BLOBS_PREFIX, JobLayout, jobs_prefix
 from ..protocol.signing import KeyRing
 from ..store import NotFound, Store
@@ -194,12 +195,11 @@ def _addresses(value: Any) -> Iterator[str]:
 # -- machines beside the jobs ----------------------------------------------------------------------
 
 
-def idle_watchers(machines: Any, store: Store) -> list[str]:
-    """Names of the watcher VMs of ``store`` (Compute Engine, see :mod:`nbburst.machines.gce.watcher`) while
-    ``store`` has no unfinished job: nothing is left for them to relaunch. Watchers of other Stores are not
-    judged here; a backend without watchers has none."""
-    watchers = getattr(machines, "watchers", None)
-    mine = watchers.of(store.url) if watchers is not None else []
+def idle_watchers(machines: Machines, store: Store) -> list[str]:
+    """Names of the watcher machines of ``store`` (:meth:`Machines.watchers_of`; on Compute Engine, see
+    :mod:`nbburst.machines.gce.watcher`) while ``store`` has no unfinished job: nothing is left for them to
+    relaunch. Watchers of other Stores are not judged here; a backend without watchers has none."""
+    mine = machines.watchers_of(store.url)
     if not mine:
         return []
     for name in store.list_dirs(jobs_prefix()):

@@ -19,10 +19,11 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import BurstError, UnsupportedOption
 from ..protocol.job import JobSpec, Resources
+from ..store import Store
 
 # Machine states as the client sees them. STOPPED and GONE without a terminal
 # job state mean the job was preempted.
@@ -88,10 +89,36 @@ class Check:
         return "ok" if self.ok else "warn" if self.warning else "fail"
 
 
+@dataclass
+class SessionLaunch:
+    """What :meth:`Machines.launch_session` starts: boot ``boot`` of a warm session's machine.
+
+    The session's client and its warm parent share ``token`` (hex), which seals every request between them.
+    ``socket`` and ``control`` are the paths of the Unix sockets on which the warm parent listens, made by the
+    client when the backend's :attr:`Machines.session_transport` is ``"socket"``; they are empty when it is
+    ``"mailbox"`` (the cells come through the Store).
+    """
+
+    session_id: str
+    machine: str
+    boot: int  # 0 for the session's first machine, then one more each time it comes back
+    plan: dict[str, Any]
+    token: str
+    idle_s: float
+    until: float  # the session's time limit (epoch seconds)
+    preload: list[str] = field(default_factory=list)  # what the warm parent imports before the first cell
+    socket: str = ""
+    control: str = ""
+
+
 class Machines(abc.ABC):
     backend: str
     #: Whether the backend can start worker machines (``--workers``, :meth:`launch_worker`).
     scale_out: bool = False
+    #: How a session's cells reach its warm parent (:meth:`launch_session`): ``"socket"``, a Unix socket the
+    #: notebook reaches (a machine on this computer); ``"mailbox"``, objects in the Store that a relay on the
+    #: machine carries (a machine the notebook cannot reach directly); None when the backend has no sessions.
+    session_transport: Literal["socket", "mailbox"] | None = None
 
     def check_workers(self, resources: Resources) -> None:
         """Refuse ``--workers`` (from ``plan``) where the backend cannot start worker machines."""
@@ -107,6 +134,33 @@ class Machines(abc.ABC):
         --worker INDEX`` (a Dask worker that joins the job's scheduler). A stopped one is started again, one
         still there is replaced. ``attempt`` counts this worker's launches. Raises as ``launch`` does."""
         raise UnsupportedOption(f"--workers: the {self.backend} backend cannot start worker machines")
+
+    def check_sessions(self) -> None:
+        """Refuse, with UnsupportedOption and before anything is planned, a session on a backend without them."""
+        if self.session_transport is None:
+            raise _no_sessions(self.backend)
+
+    def launch_session(self, request: SessionLaunch) -> str:
+        """Start boot ``request.boot`` of a warm session's machine ``request.machine``, running its warm parent
+        (and, on a ``"mailbox"`` transport, its relay), marked with the session id and the boot as a job's machine
+        is with its job and attempt; returns the machine's name. Deleting the machine ends every cell it ran.
+        Raises as ``launch`` does; the default refuses (no sessions)."""
+        raise _no_sessions(self.backend)
+
+    def ensure_watcher(self, store: Store, spec: JobSpec) -> str | None:
+        """Make sure something on the cloud's side relaunches job ``spec`` of ``store`` after a preemption while
+        no notebook runs (on Compute Engine, the Store's watcher VM); what was done. Called after each launch; the
+        job runs whatever it raises. Default: nothing (a supervisor on this computer covers the job)."""
+        return None
+
+    def watchers_of(self, store_url: str) -> list[str]:
+        """Names of the watcher machines :meth:`ensure_watcher` made for the Store at ``store_url`` (for ``nbburst
+        gc``). Default: none."""
+        return []
+
+    def delete_watcher(self, name: str) -> None:
+        """Delete the watcher machine ``name`` of :meth:`watchers_of` (nothing when it is gone)."""
+        return None
 
     def relaunch_zones(self, spec: JobSpec) -> list[str]:
         """Zones a supervisor may move job ``spec`` to when its zone has no capacity (``--zone auto``), in the
@@ -192,6 +246,10 @@ class Machines(abc.ABC):
     def release_key(self, job_id: str) -> None:
         """Delete the key of job ``job_id`` that :meth:`held_keys` lists (nothing when it is gone)."""
         return None
+
+
+def _no_sessions(backend: str) -> UnsupportedOption:
+    return UnsupportedOption(f"sessions run on the local and gce backends, not on {backend!r}")
 
 
 def machine_name(job_id: str) -> str:

@@ -43,7 +43,7 @@ from ..protocol.job import (
     attempt_tag,
     worker_id,
 )
-from .base import GONE, RUNNING, Check, MachineInfo, Machines, Plan, machine_name, worker_name
+from .base import GONE, RUNNING, Check, MachineInfo, Machines, Plan, SessionLaunch, machine_name, worker_name
 
 THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -54,6 +54,8 @@ THREAD_VARS = (
     "LOKY_MAX_CPU_COUNT",
 )
 _GCE_ONLY = ("machine_type", "zone", "image", "image_family")
+#: The environment variable in which a session's warm parent finds the session's token.
+SESSION_TOKEN = "NBBURST_SESSION_TOKEN"
 
 
 def available_cpus() -> list[int]:
@@ -82,6 +84,7 @@ def _machine_env(name: str, cpus: list[int], tag: str) -> dict[str, str]:
 class LocalMachines(Machines):
     backend = "local"
     scale_out = True  # worker machines are agent processes too (launch_worker)
+    session_transport = "socket"  # a session's warm parent listens on a Unix socket of this computer
 
     def __init__(self, settings: config.NBBurst):
         self.settings = settings
@@ -172,15 +175,24 @@ class LocalMachines(Machines):
         command = [sys.executable, "-m", "nbburst.agent", job_url]
         return self._run(name, command, env, {"job_id": spec.job_id, "attempt": attempt, "marker": marker}, cpus)
 
-    def launch_session(
-        self, session_id: str, name: str, boot: int, cpus: list[int], argv: list[str], env: dict[str, str]
-    ) -> str:
-        """Start machine ``name``, boot ``boot`` (1, 2, ...) of a session: its warm parent (``python -m
-        nbburst.agent.session.parent ARGV``, agent/session/parent.py), marked with ``session_id`` and the boot as an attempt is
-        with its job, so deleting the machine ends every cell it ran, and never a later boot's."""
-        full_env = {**_machine_env(name, cpus, attempt_tag(session_id, boot)), **env}
+    def launch_session(self, request: SessionLaunch) -> str:
+        """Start machine ``request.machine``, a boot of a session: its warm parent (``python -m
+        nbburst.agent.session.parent``, agent/session/parent.py) listening on ``request.socket`` and
+        ``request.control``, marked with the session id and the boot as an attempt is with its job, so deleting the
+        machine ends every cell it ran, and never a later boot's."""
+        attempt = request.boot + 1  # attempts count from 1
+        cpus = list((request.plan.get("extra") or {}).get("cpus") or [])
+        env = {
+            **_machine_env(request.machine, cpus, attempt_tag(request.session_id, attempt)),
+            SESSION_TOKEN: request.token,
+        }
+        argv = [request.socket, "--control", request.control, "--idle", str(request.idle_s)]
+        argv += ["--until", str(request.until)]
+        if request.preload:
+            argv += ["--preload", ",".join(request.preload)]
         command = [sys.executable, "-m", "nbburst.agent.session.parent", *argv]
-        return self._run(name, command, full_env, {"job_id": session_id, "attempt": boot, "marker": session_id}, cpus)
+        fields = {"job_id": request.session_id, "attempt": attempt, "marker": request.session_id}
+        return self._run(request.machine, command, env, fields, cpus)
 
     def _run(self, name: str, command: list[str], env: dict[str, str], fields: dict, cpus: list[int]) -> str:
         """Start a machine's process group and record it (``fields``: job_id, attempt, marker)."""

@@ -22,7 +22,7 @@ from jupyter_server.utils import url_path_join
 from tornado import httpclient, web
 from tornado.ioloop import IOLoop
 
-from ..client.session import SessionGone
+from ..client.session.manager import SessionGone
 from ..errors import BurstError, JobNotFound, UsageError
 from ..protocol.signing import SignatureError
 from .manager import JobsManager

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from .. import config
 from ..client.burst import Burst, Job
-from ..client.session import SessionGone
+from ..client.session.manager import SessionGone
 from ..errors import JobNotFound, UsageError
 from ..protocol import cluster
 from ..protocol.folder import JobFolder

@@ -368,7 +368,7 @@ def _gc_watchers(
     for name in idle:
         line = f"{verb} watcher {name} ({backend}): no unfinished job in {store.url}"
         problems += _gc_delete(
-            args, done, "watcher", f"the watcher {name}", partial(machines.watchers.delete, name), line
+            args, done, "watcher", f"the watcher {name}", partial(machines.delete_watcher, name), line
         )
     return problems
 
@@ -577,10 +577,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
+    from ..machines.gce.context import GCEContext
     from ..machines.gce.setup import setup
 
     burst = session(args, open_store=False)  # the bucket may not exist yet: making it is the point
-    checks = setup(burst.machines("gce"), args.location, args.blob_days, grant=not args.no_grant)
+    checks = setup(GCEContext(burst.settings), args.location, args.blob_days, grant=not args.no_grant)
     return print_checks(checks)
 
 

@@ -20,7 +20,7 @@ from .. import config
 from ..client.burst import Burst, Job
 from ..client.capture import capture
 from ..client.cellcode import check_syntax
-from ..client.session import DEFAULT_IDLE, DEFAULT_NAME, DEFAULT_TIMEOUT
+from ..client.session.manager import DEFAULT_IDLE, DEFAULT_NAME, DEFAULT_TIMEOUT
 from ..errors import UsageError
 from ..options import CELL_OPTIONS
 from ..protocol import backends

@@ -5,40 +5,26 @@ scopes and service account: :mod:`~nbburst.machines.gce.access`), the spot and s
 and of the project (:mod:`~nbburst.machines.gce.quota`), and the image.
 
 Read-only: it lists and reads (credentials, zone, bucket, quotas, image) and never creates anything
-that costs money. It reads through the public names of :class:`Subject` (what GCEMachines offers) and
-of the Compute layer (:mod:`nbburst.machines.gce.api`), so it never imports the backend it examines.
+that costs money. It reads through the public names of :class:`~nbburst.machines.gce.context.GCEContext` (the
+backend's settings and checks) and of the Compute layer (:mod:`nbburst.machines.gce.api`), never through the
+backend's adapter.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from ... import config
 from ...protocol import pricing
 from ...protocol.job import Resources
 from ..base import Check
 from . import types as gce_types
-from .api import ComputeAPI
+from .context import GCEContext
 
 
-class Subject(Protocol):
-    """What the doctor examines: the gce backend's settings, its Compute layer and its choices."""
-
-    settings: config.NBBurst
-    api: ComputeAPI
-
-    def on_workbench(self) -> bool: ...
-    def zone_setting(self, resources: Resources | None = None) -> str: ...
-    def zones_for(self, resources: Resources) -> list[str]: ...
-    def store_for(self, root: str) -> Any: ...
-    def image_for(self, resources: Resources) -> tuple[str, str | None, str]: ...
-    def check_python(self, image: str, image_python: str | None) -> None: ...
-    def access_checks(self, bucket: str) -> list[Check]: ...
-
-
-def doctor(machines: Subject, resources: Resources | None = None) -> list[Check]:
+def doctor(context: GCEContext, resources: Resources | None = None) -> list[Check]:
     """The checks of ``nbburst doctor`` for the gce backend; never raises."""
-    api = machines.api
+    api = context.api
     checks: list[Check] = []
 
     def check(name: str, fn: Any) -> Any:
@@ -62,7 +48,7 @@ def doctor(machines: Subject, resources: Resources | None = None) -> list[Check]
 
     if not check("credentials", creds):
         return checks
-    where = check("project and zone", lambda: (api.project, machines.zone_setting(resources)))
+    where = check("project and zone", lambda: (api.project, context.zone_setting(resources)))
     if not where:
         return checks
     checks.append(
@@ -70,18 +56,18 @@ def doctor(machines: Subject, resources: Resources | None = None) -> list[Check]
             "project and zone",
             True,
             f"project {where[0]}, zone {where[1]}"
-            + (" (on a Vertex AI Workbench instance)" if machines.on_workbench() else ""),
+            + (" (on a Vertex AI Workbench instance)" if context.on_workbench() else ""),
         )
     )
 
     def compute_api() -> Any:
-        zones = machines.zones_for(resources or Resources())
+        zones = context.zones_for(resources or Resources())
         zone = api.zone(zones[0])
         checks.append(Check("compute api", True, f"zone {zone.name} is {zone.status}"))
         return zones
 
     zones = check("compute api", compute_api)
-    check("bucket", lambda: checks.extend(_bucket(machines)))
+    check("bucket", lambda: checks.extend(_bucket(context)))
     if not zones:
         return checks
     res = resources or Resources()
@@ -93,7 +79,7 @@ def doctor(machines: Subject, resources: Resources | None = None) -> list[Check]
             res,
             catalog,
             plan_zone,
-            pricing.table_for(machines.settings),
+            pricing.table_for(context.settings),
             api.accelerator_types(plan_zone) if res.gpu else None,
         )
         for spot in (True, False):
@@ -118,8 +104,8 @@ def doctor(machines: Subject, resources: Resources | None = None) -> list[Check]
     check("quota", quota)
 
     def image() -> None:
-        path, py, source = machines.image_for(res)
-        machines.check_python(path, py)
+        path, py, source = context.image_for(res)
+        context.check_python(path, py)
         checks.append(
             Check(
                 "image", True, f"{path} from {source}" + (f", Python {py}" if py else " (Python version not labelled)")
@@ -130,8 +116,8 @@ def doctor(machines: Subject, resources: Resources | None = None) -> list[Check]
     return checks
 
 
-def _bucket(machines: Subject) -> list[Check]:
-    url = config.store_url(machines.settings, "gce")
+def _bucket(context: GCEContext) -> list[Check]:
+    url = config.store_url(context.settings, "gce")
     if not url.startswith("gs://"):
         return [
             Check(
@@ -142,7 +128,7 @@ def _bucket(machines: Subject) -> list[Check]:
             )
         ]
     bucket_name = url[len("gs://") :].split("/", 1)[0]
-    store = machines.store_for(url)
+    store = context.store_for(url)
     bucket = store.client.bucket(bucket_name)
     if not bucket.exists(timeout=30):
         return [
@@ -156,7 +142,7 @@ def _bucket(machines: Subject) -> list[Check]:
         ]
     out = [
         Check("bucket", True, f"gs://{bucket_name} exists (storage api reachable)"),
-        *machines.access_checks(bucket_name),
+        *context.access_checks(bucket_name),
     ]
     try:
         bucket.reload(timeout=30)

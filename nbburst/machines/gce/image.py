@@ -15,7 +15,7 @@ versions and installs nothing. What it holds (the contract with the job's startu
   version, else a standalone one uv installed under ``/var/lib/nbburst/python``) holding the notebook's
   packages at its versions, its local packages and nbburst's wheel (``.nbburst-wheel`` holds the wheel's
   SHA-256: a job with the same nbburst skips its install); the image is labelled ``python=X-Y`` (which
-  :meth:`GCEMachines.plan` checks) and ``nbburst=<version>``;
+  :meth:`~nbburst.machines.gce.machines.GCEMachines.plan` checks) and ``nbburst=<version>``;
 * ``/var/lib/nbburst/image.json``: what was baked, and when.
 
 The packages are resolved by the rules a job's environment follows (:func:`nbburst.protocol.env.resolve`):
@@ -54,7 +54,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ... import __version__, config
 from ...errors import BurstError, UsageError
@@ -64,15 +64,10 @@ from ...protocol.env import Local, Pin, normalise
 from ...protocol.job import Resources
 from . import vm
 from .api import boot_disk, console_tail, instance_metadata, label, operation_errors
-
-if TYPE_CHECKING:
-    from .machines import GCEMachines
+from .context import DEFAULT_IMAGE_FAMILY, DEFAULT_IMAGE_PROJECT, GCEContext
 
 DEFAULT_MACHINE_TYPE = "e2-standard-4"
 DEFAULT_TIMEOUT = "1h"
-#: The image a job boots when none is configured: a stock public image (see above).
-DEFAULT_IMAGE_PROJECT = "debian-cloud"
-DEFAULT_IMAGE_FAMILY = "debian-12"
 #: Public images whose ``python3`` is the notebook's Python: a build from one needs no standalone Python.
 DEFAULT_BASES = {
     "3.10": ("ubuntu-os-cloud", "ubuntu-2204-lts"),
@@ -253,7 +248,7 @@ class BuildPlan:
 
 
 def _resolve_base(
-    machines: GCEMachines, base_image: str | None, base_family: str | None, base_project: str | None, python: str
+    context: GCEContext, base_image: str | None, base_family: str | None, base_project: str | None, python: str
 ) -> tuple[str, str | None, str]:
     """(``projects/P/global/images/NAME``, its python label or None, where it came from)."""
     if base_image and base_family:
@@ -261,24 +256,24 @@ def _resolve_base(
     if base_image:
         m = re.search(r"(?:projects/([^/]+)/)?global/images/([^/]+)$", base_image)
         project, name, family = (
-            (m.group(1) or base_project or machines.project, m.group(2), None)
+            (m.group(1) or base_project or context.project, m.group(2), None)
             if m
-            else (base_project or machines.project, base_image, None)
+            else (base_project or context.project, base_image, None)
         )
         source = "--base-image"
     elif base_family:
-        project, name, family, source = base_project or machines.project, None, base_family, "--base-family"
+        project, name, family, source = base_project or context.project, None, base_family, "--base-family"
     else:
         project, family = DEFAULT_BASES.get(python, (DEFAULT_IMAGE_PROJECT, DEFAULT_IMAGE_FAMILY))
         name, source = None, f"the default for Python {python}:"
-    url, image_python, _ = machines.api.lookup_image(project, family or name, bool(family), "base image")
+    url, image_python, _ = context.api.lookup_image(project, family or name, bool(family), "base image")
     if family:
         source += f" {project}/{family}"
     return url, image_python, source
 
 
 def plan(
-    machines: GCEMachines,
+    context: GCEContext,
     *,
     family: str | None = None,
     base_image: str | None = None,
@@ -303,26 +298,26 @@ def plan(
     if base_project and not (base_family or base_image):
         raise UsageError("--base-project goes with --base-family (or --base-image NAME)")
     timeout_s = parse_duration(timeout, "--timeout")
-    store_url = machines.check_store()
-    chosen_zone = machines.zones_for(Resources(zone=zone))[0]
+    store_url = context.check_store()
+    chosen_zone = context.zones_for(Resources(zone=zone))[0]
     machine_type = machine_type or DEFAULT_MACHINE_TYPE
-    machine = machines.api.machine_type(chosen_zone, machine_type)
+    machine = context.api.machine_type(chosen_zone, machine_type)
     if machine is None:
         raise UsageError(f"--machine-type {machine_type}: not offered in zone {chosen_zone}")
-    base, base_python, base_source = _resolve_base(machines, base_image, base_family, base_project, python)
+    base, base_python, base_source = _resolve_base(context, base_image, base_family, base_project, python)
     if base_python and base_python != python:
         raise UsageError(
             f"the base image {base} is labelled Python {base_python}, but this notebook runs Python "
             f"{python}; choose a base image with Python {python}"
         )
-    problem = machines.api.quota_problem(chosen_zone, machine, None, 0, spot=False)
+    problem = context.api.quota_problem(chosen_zone, machine, None, 0, spot=False)
     if problem:
         raise UsageError(f"the builder VM: {problem}")
     pins, lines, skipped, local = _resolved(requirements)
     wheel = dist.wheel_info()
     stamp = _dt.datetime.fromtimestamp(time.time() if now is None else now, _dt.timezone.utc)
     return BuildPlan(
-        project=machines.project,
+        project=context.project,
         zone=chosen_zone,
         family=family,
         image_name=f"{family}-{stamp:%Y%m%d-%H%M%S}",
@@ -340,9 +335,9 @@ def plan(
         wheel_sha256=wheel["sha256"],
         wheel_size=wheel["size"],
         store_url=store_url,
-        disk_gb=int(machines.settings.disk_gb),
+        disk_gb=int(context.settings.disk_gb),
         timeout_s=timeout_s,
-        owner=label(config.owner(machines.settings)),
+        owner=label(config.owner(context.settings)),
         labels={"python": python_label(python), "nbburst": label(__version__)},
     )
 
@@ -363,7 +358,8 @@ class BuiltImage:
 
 
 class ImageBuilder:
-    """Runs a :class:`BuildPlan` through the Compute layer (endpoint, credentials, retries) of a GCEMachines."""
+    """Runs a :class:`BuildPlan` through the gce backend's context: its Compute layer (endpoint, credentials,
+    retries), bucket, network and account."""
 
     #: Seconds between looks at the builder while it works.
     poll_s = 2.0
@@ -371,9 +367,9 @@ class ImageBuilder:
     run_margin_s = 600.0
     image_timeout_s = 1800.0
 
-    def __init__(self, machines: GCEMachines, say: Callable[[str], None] = print):
-        self.machines = machines
-        self.api = machines.api
+    def __init__(self, context: GCEContext, say: Callable[[str], None] = print):
+        self.context = context
+        self.api = context.api
         self.say = say
         self.builder: str | None = None
 
@@ -392,7 +388,7 @@ class ImageBuilder:
             labels={"nbburst-image-build": label(plan.family), "nbburst-owner": plan.owner},
             metadata=instance_metadata(items),
             disks=[boot_disk(plan.zone, plan.base_image, plan.disk_gb)],
-            network_interfaces=[self.machines.network_interface(plan.zone)],
+            network_interfaces=[self.context.network_interface(plan.zone)],
             scheduling=compute_v1.Scheduling(
                 provisioning_model="STANDARD",
                 on_host_maintenance="MIGRATE",
@@ -400,11 +396,11 @@ class ImageBuilder:
                 instance_termination_action="DELETE",
                 max_run_duration=compute_v1.Duration(seconds=int(plan.timeout_s + self.run_margin_s)),
             ),
-            service_accounts=self.machines.service_accounts(),
+            service_accounts=self.context.service_accounts(),
         )
 
     def _upload_wheels(self, plan: BuildPlan) -> None:
-        store = self.machines.store_for(plan.store_url)
+        store = self.context.store_for(plan.store_url)
         if dist.upload_wheel(store)["sha256"] != plan.wheel_sha256:
             raise BurstError("nbburst's files changed since the plan was made; run the build again")
         local = dist.Environment(plan.python, "", local=list(plan.local))
@@ -531,9 +527,9 @@ class ImageBuilder:
 
 def run_cli(burst: Any, args: Any) -> int:
     """``nbburst image build``: the CLI's whole command (prints, returns the exit code)."""
-    machines = burst.machines("gce")
+    context = GCEContext(burst.settings)
     the_plan = plan(
-        machines,
+        context,
         family=args.family,
         base_image=args.base_image,
         base_family=args.base_family,
@@ -552,7 +548,7 @@ def run_cli(burst: Any, args: Any) -> int:
         f"{len(the_plan.packages) + len(the_plan.requirements)} packages (--dry-run lists them)",
         flush=True,
     )
-    builder = ImageBuilder(machines, say=lambda line: print(line, flush=True))
+    builder = ImageBuilder(context, say=lambda line: print(line, flush=True))
     try:
         image = builder.build(the_plan)
     except ImageBuildFailed as exc:

@@ -32,10 +32,8 @@ at most what the budget left buys at the machine's price, and
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-import os
 import re
 import sys
 import time
@@ -46,8 +44,6 @@ from ... import config
 from ...errors import BurstError, UsageError
 from ...protocol import budget, dist, envcache, pricing, signing
 from ...protocol.job import JobLayout, JobSpec, Resources, job_url, split_job_url
-from ...protocol.metadata import metadata as _md
-from ...protocol.metadata import on_gce
 from ...store import NotFound
 from ..base import (
     GONE,
@@ -60,23 +56,21 @@ from ..base import (
     Machines,
     NoCapacity,
     Plan,
+    SessionLaunch,
     machine_name,
     worker_name,
 )
-from . import access as gce_access
 from . import api as gce_api
 from . import doctor as gce_doctor
-from . import image as gce_image
 from . import keysecret as gce_keysecret
 from . import prices as gce_prices
 from . import types as gce_types
 from . import vm
 from . import watcher as gce_watcher
+from .context import ZONE_RE, GCEContext
 
 log = logging.getLogger("nbburst.gce")
 
-_ZONE_RE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
-_REGION_RE = re.compile(r"^[a-z]+-[a-z]+\d+$")
 _STATES = {
     "PROVISIONING": PROVISIONING,
     "STAGING": PROVISIONING,
@@ -125,22 +119,6 @@ def platform_of(plan: dict[str, Any]) -> str:
     return f"linux-{arch}/{system}"
 
 
-@functools.lru_cache(maxsize=8)
-def _workbench(host: str) -> dict[str, str] | None:
-    if not on_gce() or _md("instance/attributes/proxy-url", timeout=1.0) is None:
-        return None
-    return {
-        "project": _md("project/project-id", timeout=2.0) or "",
-        "zone": gce_api.resource_name(_md("instance/zone", timeout=2.0) or ""),
-        "service_account": _md("instance/service-accounts/default/email", timeout=2.0) or "",
-    }
-
-
-def workbench() -> dict[str, str] | None:
-    """Project, zone and service account of this Vertex AI Workbench instance; None elsewhere."""
-    return _workbench(os.environ.get("GCE_METADATA_HOST", ""))
-
-
 #: The network tag of a ``--workers`` job's VMs: Dask's traffic between them is admitted by a firewall rule
 #: from and to this tag only (docs/scale-out.md, "Firewall on Compute Engine").
 DASK_TAG = "nbburst-dask"
@@ -149,7 +127,7 @@ DASK_TAG = "nbburst-dask"
 class GCEMachines(Machines):
     backend = "gce"
     scale_out = True  # worker VMs (launch_worker)
-    relays_sessions = True  # a session's cells come through the Store (launch_session, agent/session/relay.py)
+    session_transport = "mailbox"  # a session's cells come through the Store (launch_session, agent/session/relay.py)
     #: A session's VM: maxRunDuration = the session's time left + this margin (its warm parent ends first).
     session_margin_s = 60.0
     #: maxRunDuration = the job's time left + this margin (boot, install, the agent's own ending).
@@ -157,28 +135,16 @@ class GCEMachines(Machines):
     min_run_s = 30
 
     def __init__(self, settings: config.NBBurst):
-        self.settings = settings
-        self.api = gce_api.ComputeAPI(settings.compute_endpoint or "", self._configured_project)
+        self.context = GCEContext(settings)  # where VMs go, what they boot, their bucket and account
+        self.settings, self.api, self.key_secrets = settings, self.context.api, self.context.key_secrets
         self.prices = gce_prices.LivePrices(settings, self.api.credentials)
-        self.key_secrets = gce_keysecret.KeySecrets(
-            settings.secretmanager_endpoint, lambda: self.project, self.api.credentials
-        )
-        self.watchers = gce_watcher.Watchers(self)  # the Store's watcher VM: relaunches with the laptop closed
+        self.watchers = gce_watcher.Watchers(self.context)  # the Store's watcher VM: relaunches with the laptop closed
         self._zones: dict[str, str] = {}  # machine name -> zone
-        self._buckets_ok: set[str] = set()
-        self._stores: dict[str, Any] = {}
         self.timings: dict[str, float] = {}  # of the last launch, in seconds (bench/launch.py)
         self.last_launch: dict[str, Any] = {}
         self.last_environment: dict[str, Any] = {}  # of the last launch: what the VM installs, from where
 
     # -- Compute Engine -------------------------------------------------------------------
-    def _configured_project(self) -> str:
-        return self.settings.project or (workbench() or {}).get("project") or ""
-
-    def on_workbench(self) -> bool:
-        """Whether this runs on a Vertex AI Workbench instance (whose project and zone are the defaults)."""
-        return workbench() is not None
-
     @property
     def project(self) -> str:
         return self.api.project
@@ -197,166 +163,11 @@ class GCEMachines(Machines):
     def api_attempts(self, attempts: int) -> None:
         self.api.attempts = attempts
 
-    # -- where ------------------------------------------------------------------------------
-    def zone_setting(self, resources: Resources | None = None) -> str:
-        """The zone (or region, or ``auto``) asked for: ``--zone``, c.NBBurst.zone, this Workbench's zone."""
-        zone = (resources.zone if resources else None) or self.settings.zone
-        if not zone:
-            zone = (workbench() or {}).get("zone", "")
-        if not zone:
-            raise UsageError(
-                "no Compute Engine zone: set c.NBBurst.zone (e.g. us-central1-a, or a region such as "
-                "us-central1 to try its zones), $NBBURST_ZONE, or `%burst config zone=...`"
-            )
-        return zone
-
-    def default_zone(self) -> str | None:
-        try:
-            zone = self.zone_setting()
-        except UsageError:
-            return None
-        return zone if _ZONE_RE.match(zone) else None
-
-    def zones_for(self, resources: Resources) -> list[str]:
-        """The zone to use, or with ``--zone auto`` (or a region) every zone of the region, preferred first."""
-        zone = self.zone_setting(resources)
-        if _ZONE_RE.match(zone):
-            return [zone]
-        base = None
-        if zone == "auto":
-            for candidate in (self.settings.zone, (workbench() or {}).get("zone", "")):
-                if candidate and candidate != "auto":
-                    base = candidate
-                    break
-            if not base:
-                raise UsageError(
-                    "--zone auto tries the zones of a region: set c.NBBurst.zone to a zone or region "
-                    "(e.g. us-central1) first"
-                )
-        else:
-            base = zone
-        region = base if _REGION_RE.match(base) else pricing.region_of(base)
-        if not _REGION_RE.match(region):
-            raise UsageError(f"--zone {zone}: not a zone (us-central1-a), a region (us-central1) or auto")
-        from google.api_core import exceptions as gexc
-
-        try:
-            info = self.api.region(region, "listing the zones")
-        except gexc.NotFound:
-            raise UsageError(f"--zone: region {region} does not exist") from None
-        zones = sorted(gce_api.resource_name(z) for z in info.zones)
-        if base in zones:
-            zones.remove(base)
-            zones.insert(0, base)
-        return zones
-
-    # -- image --------------------------------------------------------------------------------
-    def image_for(self, resources: Resources) -> tuple[str, str | None, str]:
-        """(image path ``projects/P/global/images/NAME``, its Python ``3.11`` or None, where it came from)."""
-        image_project = self.settings.image_project or self.project
-        if resources.image:
-            ref, source = resources.image, "--image"
-        elif resources.image_family:
-            ref, source = f"projects/{image_project}/global/images/family/{resources.image_family}", "--image-family"
-        elif resources.gpu and self.settings.gpu_image_family:  # an image with an NVIDIA driver
-            gpu_project = self.settings.gpu_image_project or image_project
-            ref = f"projects/{gpu_project}/global/images/family/{self.settings.gpu_image_family}"
-            source = "c.NBBurst.gpu_image_family (--gpu)"
-        elif self.settings.image:
-            ref, source = self.settings.image, "c.NBBurst.image"
-        elif self.settings.image_family:
-            ref, source = (
-                f"projects/{image_project}/global/images/family/{self.settings.image_family}",
-                "c.NBBurst.image_family",
-            )
-        else:  # also on Workbench: its own image is private to Google, no VM can boot from it
-            ref = f"projects/{gce_image.DEFAULT_IMAGE_PROJECT}/global/images/family/{gce_image.DEFAULT_IMAGE_FAMILY}"
-            source = "the default stock image (the VM installs the notebook's Python and packages)"
-        m = re.search(r"(?:projects/([^/]+)/)?global/images/(family/)?([^/]+)$", ref)
-        project, family, name = (
-            (m.group(1) or image_project, m.group(2), m.group(3)) if m else (image_project, None, ref)
-        )
-        return self.api.lookup_image(project, name, bool(family), source)
-
-    @staticmethod
-    def check_python(image: str, image_python: str | None) -> None:
-        """UsageError when the image's Python is known and is not this notebook's minor version."""
-        import platform
-
-        here = ".".join(platform.python_version().split(".")[:2])
-        if image_python and image_python != here:
-            raise UsageError(
-                f"the image {image} has Python {image_python} but this notebook runs Python {here}; pickles cannot "
-                f"move between Python minor versions. Use an image with Python {here} (--image / --image-family; "
-                "`nbburst image build` makes one)"
-            )
-
-    # -- bucket -------------------------------------------------------------------------------
-    def store_for(self, root: str) -> Any:
-        """The Store at ``root`` (opened once)."""
-        if root not in self._stores:
-            from ...store import open_store
-
-            self._stores[root] = open_store(root)
-        return self._stores[root]
-
-    def check_store(self) -> str:
-        """The gs:// store root of the jobs; UsageError when VMs could not use it."""
-        url = config.store_url(self.settings, "gce")
-        if not url.startswith("gs://"):
-            raise UsageError(
-                f"the gce backend needs a gs:// store root that VMs can reach, not {url!r}: set "
-                "c.NBBurst.bucket (or root=gs://BUCKET/PREFIX)"
-            )
-        bucket = url[len("gs://") :].split("/", 1)[0]
-        if bucket in self._buckets_ok:
-            return url
-        from google.api_core import exceptions as gexc
-
-        store = self.store_for(url)
-        try:
-            exists = store.client.bucket(bucket).exists(timeout=30)
-        except (gexc.Forbidden, gexc.Unauthorized):
-            exists = True  # no storage.buckets.get permission: the object writes will tell
-        except Exception as exc:
-            message = str(exc)
-            if "credentials" in message.lower():
-                raise UsageError(gce_api.NO_CREDENTIALS) from None
-            raise UsageError(f"cannot reach the bucket gs://{bucket}: {type(exc).__name__}: {message}") from None
-        if not exists:
-            raise UsageError(
-                f"the bucket gs://{bucket} does not exist: create it with `gcloud storage buckets create "
-                f"gs://{bucket} --location=REGION --uniform-bucket-level-access --public-access-prevention`, or set "
-                "c.NBBurst.bucket to a bucket you can write to"
-            )
-        checks = self.access_checks(bucket)
-        for check in checks:
-            if check.level == "warn":
-                log.warning("nbburst: %s: %s (fix: %s)", check.name, check.detail, check.fix)
-        refused = [f"{c.detail} (fix: {c.fix})" for c in checks if c.level == "fail"]
-        if refused:
-            raise UsageError("; ".join(refused))
-        self._buckets_ok.add(bucket)
-        return url
-
-    def access_checks(self, bucket: str) -> list[Check]:
-        """Who may use ``bucket`` (see :mod:`~nbburst.machines.gce.access`): these credentials, the VMs' scopes
-        and their service account."""
-        handle = self.store_for(config.store_url(self.settings, "gce")).client.bucket(bucket)
-        checks = [gce_access.caller_access(handle), *gce_access.scope_checks(self.scopes())]
-        from google.api_core import exceptions as gexc
-
-        try:
-            email = self.service_account_email()
-        except (BurstError, gexc.GoogleAPICallError) as exc:  # the project's default account cannot be read
-            return [*checks, Check("vm service account", False, f"not checked: {exc}", warning=True)]
-        return [*checks, gce_access.service_account_access(handle, email), self.key_secrets.check()]
-
     # -- planning -----------------------------------------------------------------------------
     def plan(self, resources: Resources) -> Plan:
         self.check_workers(resources)
-        self.check_store()
-        zones = self.zones_for(resources)
+        self.context.check_store()
+        zones = self.context.zones_for(resources)
         zone = zones[0]
         catalog = self.api.machine_types(zone)
         if resources.machine_type and resources.machine_type not in {m.name for m in catalog}:
@@ -367,8 +178,8 @@ class GCEMachines(Machines):
         prices = self.prices.table(pricing.region_of(zone))
         choice = gce_types.choose(resources, catalog, zone, prices, offered)
         spot = not resources.on_demand
-        image, image_python, image_source = self.image_for(resources)
-        self.check_python(image, image_python)
+        image, image_python, image_source = self.context.image_for(resources)
+        self.context.check_python(image, image_python)
         vms = 1 + (resources.workers or 0)  # --workers: the job's VM and its worker VMs, all alike
         problem = self.api.quota_problem(zone, choice.machine, choice.gpu, choice.gpu_count, spot, count=vms)
         if problem:
@@ -413,36 +224,11 @@ class GCEMachines(Machines):
     def _time_left(self, spec: JobSpec) -> float:
         """The job's time left by the Store's clock, as the agent and the supervisor count it: the time limit runs
         from the spec's write, and this machine's clock may be off by hours."""
-        store = self.store_for(config.store_url(self.settings, "gce"))
+        store = self.context.store_for(config.store_url(self.settings, "gce"))
         try:
             return store.updated(JobLayout(spec.job_id).spec) + spec.timeout_s - store.now()
         except NotFound:  # not written yet: nothing better than this machine's clock
             return spec.created + spec.timeout_s - time.time()
-
-    def _service_account(self) -> str:
-        return self.settings.service_account or (workbench() or {}).get("service_account") or "default"
-
-    def scopes(self) -> list[str]:
-        """The VMs' OAuth scopes (c.NBBurst.scopes)."""
-        raw = getattr(self.settings, "scopes", "") or gce_api.CLOUD_PLATFORM
-        return [s for s in re.split(r"[\s,]+", raw) if s]
-
-    def service_account_email(self) -> str:
-        """The e-mail of the VMs' service account: c.NBBurst.service_account, this Workbench's, or the project's
-        default compute service account."""
-        chosen = self._service_account()
-        return chosen if chosen != "default" else self.api.project_resource().default_service_account
-
-    def service_accounts(self) -> list[Any]:
-        """The service account a VM runs as (c.NBBurst.service_account, this Workbench's, or the default), with
-        c.NBBurst.scopes."""
-        from google.cloud import compute_v1
-
-        return [compute_v1.ServiceAccount(email=self._service_account(), scopes=self.scopes())]
-
-    def network_interface(self, zone: str) -> Any:
-        """The network interface of a VM in ``zone`` (c.NBBurst.network and subnetwork)."""
-        return gce_api.network_interface(zone, self.settings.network, self.settings.subnetwork)
 
     def instance_resource(
         self,
@@ -492,9 +278,9 @@ class GCEMachines(Machines):
             },
             metadata=gce_api.instance_metadata(items),
             disks=[gce_api.boot_disk(zone, plan["image"], self.settings.disk_gb)],
-            network_interfaces=[self.network_interface(zone)],
+            network_interfaces=[self.context.network_interface(zone)],
             scheduling=scheduling,
-            service_accounts=self.service_accounts(),
+            service_accounts=self.context.service_accounts(),
         )
         if spec.resources.workers:  # the firewall rule of docs/scale-out.md admits Dask's traffic between these
             resource.tags = compute_v1.Tags(items=[DASK_TAG])
@@ -554,7 +340,7 @@ class GCEMachines(Machines):
         """The planned zones, unless the resources now name another zone (a supervisor moving the job)."""
         zones = list((plan.get("extra") or {}).get("zones") or [plan["zone"]])
         wanted = spec.resources.zone
-        if wanted and _ZONE_RE.match(wanted) and wanted != plan.get("zone"):
+        if wanted and ZONE_RE.match(wanted) and wanted != plan.get("zone"):
             return [wanted]
         return zones
 
@@ -564,19 +350,24 @@ class GCEMachines(Machines):
             self.delete(worker_name(spec.job_id, index), wait=True)
         return self.launch(spec, job_url, key, attempt, worker=index)
 
-    def launch_session(
-        self, session_id: str, machine: str, plan: dict[str, Any], secret: bytes, settings: dict[str, Any]
-    ) -> str:
-        """Start warm session ``session_id``'s VM ``machine`` (client/sessionstore.py): a job VM's image,
-        environment (what ``settings["preload"]`` needs) and account, whose startup runs the session's relay and
-        warm parent (agent/session/relay.py) with ``settings`` (idle, until, preload, boot) in its metadata; the
-        session's ``secret`` reaches it as a job key does (Secret Manager). Spot as planned, deleted at the
-        session's limit (maxRunDuration) or when it ends itself."""
+    def launch_session(self, request: SessionLaunch) -> str:
+        """Start a warm session's VM ``request.machine`` (client/session/mailbox.py): a job VM's image,
+        environment (what ``request.preload`` needs) and account, whose startup runs the session's relay and
+        warm parent (agent/session/relay.py) with the session's settings (idle, until, preload, boot) in its
+        metadata; the session's token reaches it as a job key does (Secret Manager). Spot as planned, deleted at
+        the session's limit (maxRunDuration) or when it ends itself."""
         from google.cloud import compute_v1
 
-        root = self.check_store()
+        session_id, machine, plan, secret = (
+            request.session_id,
+            request.machine,
+            request.plan,
+            bytes.fromhex(request.token),
+        )
+        settings = {"idle": request.idle_s, "until": request.until, "preload": request.preload, "boot": request.boot}
+        root = self.context.check_store()
         owner = config.owner(self.settings)
-        left = settings["until"] - time.time()
+        left = request.until - time.time()
         spec = JobSpec(
             job_id=session_id,
             name=f"session {session_id}",
@@ -589,9 +380,10 @@ class GCEMachines(Machines):
             owner=owner,
             plan=plan,
         )
-        preload = list(settings.get("preload") or [])
-        self._publish_environment(self.store_for(root), JobLayout(session_id), secret, "", preload, plan)
-        key_secret = self.key_secrets.put(session_id, secret, self.service_account_email(), owner)
+        self._publish_environment(
+            self.context.store_for(root), JobLayout(session_id), secret, "", request.preload, plan
+        )
+        key_secret = self.key_secrets.put(session_id, secret, self.context.service_account_email(), owner)
         tried = []
         for zone in self._launch_zones(spec, plan):
             resource = self.instance_resource(spec, job_url(root, session_id), key_secret, 1, zone, plan, plan["spot"])
@@ -629,7 +421,7 @@ class GCEMachines(Machines):
         t0 = time.perf_counter()
         self._publish(spec, job_url, key)
         self.timings = {"upload_dist": time.perf_counter() - t0}
-        key_secret = self.key_secrets.put(spec.job_id, key, self.service_account_email(), spec.owner)
+        key_secret = self.key_secrets.put(spec.job_id, key, self.context.service_account_email(), spec.owner)
         self.timings["key_secret"] = time.perf_counter() - t0 - self.timings["upload_dist"]
         zones = [z for z in self._launch_zones(spec, plan) if z not in skip_zones]
         spot = bool(plan.get("spot", True)) and not spec.resources.on_demand
@@ -686,7 +478,7 @@ class GCEMachines(Machines):
     def _publish(self, spec: JobSpec, job_url: str, key: bytes) -> None:
         """The job's signed manifest: its nbburst, its environment and the stored one to start from."""
         root, job_id = split_job_url(job_url)
-        store, layout = self.store_for(root), JobLayout(job_id)
+        store, layout = self.context.store_for(root), JobLayout(job_id)
         if store.exists(layout.dist_manifest):
             return
         code = store.get(layout.code).decode(errors="replace") if spec.kind == "cell" else ""
@@ -724,7 +516,7 @@ class GCEMachines(Machines):
         """(instance, zone), or None when it does not exist."""
         from google.api_core import exceptions as gexc
 
-        zone = self._zones.get(name) or self.default_zone()
+        zone = self._zones.get(name) or self.context.default_zone()
         if zone:
             try:
                 inst = self.api.instance(zone, name)
@@ -788,7 +580,7 @@ class GCEMachines(Machines):
         if failure:
             raise BurstError(failure)  # starting it again would fail the same way
         wanted = spec.resources.zone
-        moved = bool(wanted and _ZONE_RE.match(wanted) and wanted != zone)
+        moved = bool(wanted and ZONE_RE.match(wanted) and wanted != zone)
         to_standard = spec.resources.on_demand and inst.scheduling.provisioning_model == "SPOT"
         if moved or to_standard:
             log.info(
@@ -854,6 +646,14 @@ class GCEMachines(Machines):
             return ""
         return self.watchers.ensure(store, spec.timeout_s)
 
+    def watchers_of(self, store_url: str) -> list[str]:
+        """The watcher VMs of the Store at ``store_url`` (:meth:`Watchers.of`)."""
+        return self.watchers.of(store_url)
+
+    def delete_watcher(self, name: str) -> None:
+        """Delete the watcher VM ``name`` (nothing when it is gone)."""
+        self.watchers.delete(name)
+
     def held_keys(self) -> list[tuple[str, str]]:
         """The jobs whose key secret exists in the project, with their owner label (for ``nbburst gc``)."""
         return self.key_secrets.held()
@@ -903,7 +703,7 @@ class GCEMachines(Machines):
     def doctor(self, resources: Resources | None = None) -> list[Check]:
         """Credentials, project and zone, the Compute and Storage APIs, the bucket, the spot and standard CPU
         quota for ``resources`` (default: the default machine), and the image (see gce_doctor)."""
-        checks = gce_doctor.doctor(self, resources)
+        checks = gce_doctor.doctor(self.context, resources)
         try:
             checks.append(self.watchers.check(config.store_url(self.settings, "gce")))
         except Exception as exc:  # the checks above say why Compute Engine cannot be reached

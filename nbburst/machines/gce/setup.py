@@ -19,7 +19,7 @@ Run it once per project (again at any time: it changes only what is missing):
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ... import config
 from ...errors import BurstError, UsageError
@@ -27,9 +27,7 @@ from ...protocol import pricing
 from ...protocol.job import BLOBS_PREFIX
 from ..base import Check
 from . import access as gce_access
-
-if TYPE_CHECKING:
-    from .machines import GCEMachines
+from .context import GCEContext
 
 DEFAULT_BLOB_DAYS = 30
 
@@ -44,7 +42,7 @@ def bucket_and_prefix(settings: config.NBBurst) -> tuple[str, str]:
 
 
 def setup(
-    machines: GCEMachines,
+    context: GCEContext,
     location: str | None = None,
     blob_days: int = DEFAULT_BLOB_DAYS,
     grant: bool = True,
@@ -53,19 +51,19 @@ def setup(
     """Make the bucket and let the VMs use it (see the module docstring); the checks that follow."""
     from google.api_core import exceptions as gexc
 
-    name, prefix = bucket_and_prefix(machines.settings)
-    client = machines.store_for(config.store_url(machines.settings, "gce")).client
+    name, prefix = bucket_and_prefix(context.settings)
+    client = context.store_for(config.store_url(context.settings, "gce")).client
     bucket = client.bucket(name)
     try:
         if bucket.exists(timeout=30):
             bucket.reload(timeout=30)
             checks = settings_checks(bucket, prefix)
         else:
-            region = location or _region(machines)
-            _create(client, bucket, machines.project, region, prefix, blob_days)
+            region = location or _region(context)
+            _create(client, bucket, context.project, region, prefix, blob_days)
             say(f"created gs://{name} in {region}")
             checks = [Check("bucket", True, f"gs://{name} created in {region}: {_describe(bucket, prefix)}")]
-        email = machines.service_account_email()
+        email = context.service_account_email()
         if grant and not gce_access.service_account_access(bucket, email).ok:
             _grant(bucket, f"serviceAccount:{email}")
             say(f"granted {gce_access.GRANT_ROLE} on gs://{name} to {email}")
@@ -75,11 +73,11 @@ def setup(
         ) from None
     except gexc.GoogleAPICallError as exc:
         raise BurstError(f"nbburst setup: gs://{name}: {getattr(exc, 'message', exc)}") from None
-    return checks + machines.access_checks(name)
+    return checks + context.access_checks(name)
 
 
-def _region(machines: GCEMachines) -> str:
-    zone = machines.zone_setting()
+def _region(context: GCEContext) -> str:
+    zone = context.zone_setting()
     if zone == "auto":
         raise UsageError("nbburst setup: with zone auto, say where the bucket goes: --location REGION")
     return pricing.region_of(zone)

@@ -29,7 +29,7 @@ import hashlib
 import json
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ... import config
 from ...errors import BurstError
@@ -40,9 +40,7 @@ from ...store import NotFound, Store
 from ..base import Check
 from . import api as gce_api
 from . import vm
-
-if TYPE_CHECKING:
-    from .machines import GCEMachines
+from .context import GCEContext
 
 LABEL = "nbburst-watcher"
 PREFIX = "nbburst-watch-"
@@ -115,23 +113,24 @@ def _ends_before(inst: Any, time_limit_s: float) -> bool:
 
 
 class Watchers:
-    """The watcher VMs of one project, through ``machines`` (its Compute API, settings, image and account)."""
+    """The watcher VMs of one project, through the gce backend's ``context`` (its Compute API, settings, image and
+    account)."""
 
-    def __init__(self, machines: GCEMachines):
-        self.machines = machines
+    def __init__(self, context: GCEContext):
+        self.context = context
 
     @property
     def settings(self) -> config.NBBurst:
-        return self.machines.settings
+        return self.context.settings
 
     def find(self, name: str) -> tuple[Any, str] | None:
         """(instance, zone) of the watcher ``name``, in any zone; None when it does not exist."""
-        found = self.machines.api.instances_where(f'name = "{name}"')
+        found = self.context.api.instances_where(f'name = "{name}"')
         return found[0] if found else None
 
     def list(self) -> list[tuple[Any, str]]:
         """(instance, zone) of every watcher VM of the project."""
-        return self.machines.api.instances_where(f"labels.{LABEL}:*")
+        return self.context.api.instances_where(f"labels.{LABEL}:*")
 
     def of(self, store_url: str) -> list[str]:
         """Names of the watcher VMs that watch ``store_url``."""
@@ -159,9 +158,9 @@ class Watchers:
             inst, zone = found
             if inst.status in ("TERMINATED", "STOPPED", "SUSPENDED") or _ends_before(inst, time_limit_s):
                 what = f"replacing the watcher VM {name} ({inst.status})"
-                op = self.machines.api.delete_instance(zone, name, what)
+                op = self.context.api.delete_instance(zone, name, what)
                 if op is not None:
-                    self.machines.api.wait(op, what, zone=zone)
+                    self.context.api.wait(op, what, zone=zone)
                 replaced = True
             elif inst.status in ("STOPPING", "SUSPENDING") or leaving(store, name):
                 time.sleep(1.0)  # it is ending: a new one once it is gone
@@ -173,15 +172,15 @@ class Watchers:
         """Insert the watcher VM; False when it exists already (409)."""
         from google.api_core import exceptions as gexc
 
-        zone = self.machines.zones_for(Resources())[0]
+        zone = self.context.zones_for(Resources())[0]
         what = f"creating the watcher VM {name} in {zone}"
         resource = self.resource(store, name, zone, time_limit_s)
         try:
-            op = self.machines.api.insert_instance(zone, resource, what)
+            op = self.context.api.insert_instance(zone, resource, what)
         except gexc.Conflict:
             return False
         say_state(store, name, "watching")  # ours: a leaving record of an earlier one is stale
-        codes, message = gce_api.operation_errors(self.machines.api.wait(op, what, zone=zone))
+        codes, message = gce_api.operation_errors(self.context.api.wait(op, what, zone=zone))
         if codes:
             raise BurstError(f"{what}: {message or ', '.join(codes)}")
         return True
@@ -191,7 +190,7 @@ class Watchers:
         from google.cloud import compute_v1
 
         idle = parse_duration(self.settings.watcher_idle, "watcher_idle")
-        image = self.machines.image_for(Resources())[0]
+        image = self.context.image_for(Resources())[0]
         items = {
             ROOT_KEY: store.url,
             WHEEL_KEY: json.dumps(wheel_for_watcher(store)),
@@ -205,7 +204,7 @@ class Watchers:
             labels={LABEL: digest(store.url), "nbburst-owner": gce_api.label(config.owner(self.settings))},
             metadata=gce_api.instance_metadata(items),
             disks=[gce_api.boot_disk(zone, image, self.settings.disk_gb)],
-            network_interfaces=[self.machines.network_interface(zone)],
+            network_interfaces=[self.context.network_interface(zone)],
             scheduling=compute_v1.Scheduling(
                 provisioning_model="STANDARD",
                 instance_termination_action="DELETE",
@@ -213,23 +212,23 @@ class Watchers:
                 on_host_maintenance="MIGRATE",
                 automatic_restart=True,
             ),
-            service_accounts=self.machines.service_accounts(),
+            service_accounts=self.context.service_accounts(),
         )
 
     def watcher_settings(self, zone: str) -> dict[str, str]:
         """:func:`settings_for_watcher`, with the project, zone and service account this client found by itself
         (on a Vertex AI Workbench instance: its own), which the watcher's relaunches need too."""
         out = settings_for_watcher(self.settings)
-        out.setdefault(config.ENV_PREFIX + "PROJECT", self.machines.project)
+        out.setdefault(config.ENV_PREFIX + "PROJECT", self.context.project)
         out.setdefault(config.ENV_PREFIX + "ZONE", zone)
-        out.setdefault(config.ENV_PREFIX + "SERVICE_ACCOUNT", self.machines.service_account_email())
+        out.setdefault(config.ENV_PREFIX + "SERVICE_ACCOUNT", self.context.service_account_email())
         return out
 
     def delete(self, name: str) -> None:
         """Delete the watcher VM ``name`` (nothing when it is gone)."""
         found = self.find(name)
         if found is not None:
-            self.machines.api.delete_instance(found[1], name, f"deleting the watcher VM {name}")
+            self.context.api.delete_instance(found[1], name, f"deleting the watcher VM {name}")
 
     def check(self, store_url: str) -> Check:
         """For ``nbburst doctor``: whether the Store's watcher runs, and what it is."""

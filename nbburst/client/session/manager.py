@@ -3,11 +3,11 @@
 A session keeps one machine and one warm agent (agent/session/parent.py) for the
 cells that name it. Each cell is still a job in the Store with everything a
 cell promises; only its start differs: instead of launching a machine, the
-client hands the claimed attempt to the session's warm parent over a Unix
-socket, and waits on that connection, which the cell's controller writes to
-when it has shipped output and when the attempt is over (the Store stays the
-record; the client reads everything from it). A Compute Engine session's VM has no
-socket the notebook reaches: its cells go through the Store instead (client/sessionstore.py).
+client hands the claimed attempt to the session's warm parent, by the transport
+its backend declares (:attr:`~nbburst.machines.base.Machines.session_transport`):
+over a Unix socket to a machine on this computer (:mod:`.socket`), or through
+the Store to a Compute Engine VM, which no socket of the notebook reaches
+(:mod:`.mailbox`).
 
 Sessions are recorded in the state folder (``sessions/<name>.json``, readable
 by this user only: it holds the session's token). A session whose machine
@@ -17,42 +17,39 @@ has passed: then the cell is refused and says so.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
-import select
-import shutil
-import socket
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import config
-from ..errors import UnsupportedOption, UsageError
-from ..machines.base import GONE
-from ..options import Options
-from ..protocol import pricing
-from ..protocol.durations import parse_duration
-from ..protocol.env import manifest_json
-from ..protocol.job import Resources
-from . import sessionstore
+from ... import config
+from ...errors import UsageError
+from ...machines.base import GONE, SessionLaunch, machine_name
+from ...options import Options
+from ...protocol import pricing
+from ...protocol.durations import parse_duration
+from ...protocol.env import manifest_json
+from ...protocol.job import Resources
+from .mailbox import MailboxTransport
+from .socket import SocketTransport
+from .transport import Transport
 
 if TYPE_CHECKING:
-    from .burst import Burst, Job
+    from ..burst import Burst, Job
 
 DEFAULT_NAME = "default"
 DEFAULT_IDLE = "10m"
 DEFAULT_TIMEOUT = "4h"
-#: How long a waiting client sleeps on the session's connection before it checks the Store anyway.
-WAKE_CEILING_SECONDS = 1.0
 #: How long the warm parent may take to answer a question about its state.
 ASK_SECONDS = 5.0
-#: How long the machine may take to listen on its socket.
-START_SECONDS = 30.0
+#: The longest name a machine may have (Compute Engine's).
+MAX_NAME = 63
+#: The transport of each :attr:`~nbburst.machines.base.Machines.session_transport`.
+TRANSPORTS: dict[str, type[Transport]] = {"socket": SocketTransport, "mailbox": MailboxTransport}
 #: Modules of the kernel that a session's warm parent never imports ahead (they belong to the kernel).
 KERNEL_MODULES = frozenset(
     {
@@ -105,6 +102,28 @@ class SessionRecord:
     preload: list[str] = field(default_factory=list)  # what its warm parent imports before the first cell
     restarts: int = 0
 
+    def boot_machine(self) -> str:
+        """The name of the session's machine for its current boot (``restarts``), at most :data:`MAX_NAME`
+        characters: a relaunch after a preemption deletes the machine it names, which must never be the session as
+        it came back since, and a revived session never waits for the machine it replaces to be gone."""
+        suffix = f"-{self.restarts}"
+        return machine_name(self.session_id)[: MAX_NAME - len(suffix)].rstrip("-") + suffix
+
+    def launch_request(self) -> SessionLaunch:
+        """What the backend starts for the session's current boot."""
+        return SessionLaunch(
+            session_id=self.session_id,
+            machine=self.machine,
+            boot=self.restarts,
+            plan=self.plan,
+            token=self.token,
+            idle_s=self.idle_s,
+            until=self.until,
+            preload=list(self.preload),
+            socket=self.socket,
+            control=self.control,
+        )
+
 
 class Session:
     """A handle on one session: its record and its machine."""
@@ -112,7 +131,7 @@ class Session:
     def __init__(self, sessions: Sessions, record: SessionRecord):
         self.sessions, self.record = sessions, record
         self.revived = False  # its machine had ended and was started again for this cell
-        self.pending: socket.socket | None = None  # a connection to its cells' socket, made to check it is up
+        self.pending: Any = None  # what the transport made to check that the machine is up, for the next cell
 
     @property
     def name(self) -> str:
@@ -126,39 +145,13 @@ class Session:
         return self.sessions.burst.machines(self.record.backend).describe(self.machine).state != GONE
 
     def ask(self, request: dict[str, Any], timeout: float = ASK_SECONDS) -> dict[str, Any]:
-        """A request the warm parent answers with a line of JSON (its state; ``stop``); ``timeout``: how long a
-        local parent may take (a table gives up soon: one still warming up, or ending, answers nothing)."""
-        if sessionstore.relayed(self.sessions.burst, self.record.backend):
-            return sessionstore.ask(self, request)
-        with self.connect(self.record.control) as conn:
-            conn.settimeout(timeout)
-            conn.sendall(json.dumps({"token": self.record.token, **request}).encode() + b"\n")
-            return json.loads(conn.makefile("rb").readline() or b"{}")
-
-    def connect(self, path: str | None = None) -> socket.socket:
-        """A connection to the cells' socket (or ``path``); OSError when the machine is gone."""
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            conn.connect(path or self.record.socket)
-        except OSError:
-            conn.close()
-            raise
-        return conn
+        """A request the warm parent answers (its state; ``stop``); ``timeout``: how long a local parent may take
+        (a table gives up soon: one still warming up, or ending, answers nothing)."""
+        return self.sessions.transport(self.record.backend).ask(self, request, timeout)
 
     def launch(self, job: Job, attempt: int) -> None:
-        """Hand the claimed ``attempt`` of ``job`` to the warm parent; ``job.wait`` then wakes on its news."""
-        if sessionstore.relayed(self.sessions.burst, self.record.backend):
-            return sessionstore.launch(self, job, attempt)
-        conn, self.pending = self.pending or self.connect(), None
-        request = {
-            "token": self.record.token,
-            "job": job.url,
-            "key": job.key().hex(),
-            "attempt": attempt,
-            "imports": job.cell_imports,
-        }
-        conn.sendall(json.dumps(request).encode() + b"\n")
-        job.wake = Wakeup(conn)
+        """Hand the claimed ``attempt`` of ``job`` to the warm parent; ``job.wait`` then follows it."""
+        self.sessions.transport(self.record.backend).launch(self, job, attempt)
 
     def info(self) -> dict[str, Any]:
         """A JSON-ready summary: state, cores, cells so far, limits and the cost so far."""
@@ -187,31 +180,6 @@ class Session:
             "cost_per_hour_usd": price,
             "cost_usd": round(price * max(0.0, hours), 4),
         }
-
-
-class Wakeup:
-    """What a session cell's ``Job.wait`` sleeps on: the controller's connection, woken by its news."""
-
-    def __init__(self, conn: socket.socket):
-        self.conn: socket.socket | None = conn
-
-    def __call__(self, delay: float) -> None:
-        if self.conn is None:
-            time.sleep(delay)
-            return
-        ready, _, _ = select.select([self.conn], [], [], max(delay, WAKE_CEILING_SECONDS))
-        if ready:
-            try:
-                data = self.conn.recv(4096)
-            except OSError:
-                data = b""
-            if not data:  # the controller is done: what remains is in the Store
-                self.close()
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
 
 
 class Sessions:
@@ -258,8 +226,7 @@ class Sessions:
         idle_s, limit_s = parse_duration(idle), parse_duration(timeout)
         backend = backend or self.burst.settings.backend
         machines = self.burst.machines(backend)
-        if not hasattr(machines, "launch_session"):
-            raise UnsupportedOption(f"sessions run on the local and gce backends, not on {backend!r}")
+        machines.check_sessions()
         plan = machines.plan(Resources(cores=cores))
         pricing.price_plan(plan, backend, self.burst.settings)
         now = time.time()
@@ -283,39 +250,19 @@ class Sessions:
         self.default = name
         session = Session(self, record)
         manifest_json()  # every cell's env.json: made while the machine warms up, not in the first cell
-        if not sessionstore.relayed(self.burst, backend):
-            with contextlib.suppress(OSError, ValueError):  # still warming up after that: cells wait for it
-                session.ask({}, timeout=START_SECONDS)  # answered once it is warm: the first cell pays nothing
+        self.transport(backend).warm(session)  # the first cell pays nothing
         return session
 
+    def transport(self, backend: str) -> Transport:
+        """The way to the warm parents of ``backend``'s sessions (UnsupportedOption when it has none)."""
+        machines = self.burst.machines(backend)
+        machines.check_sessions()
+        return TRANSPORTS[machines.session_transport](self.burst)
+
     def _boot(self, record: SessionRecord) -> None:
-        """Start the record's machine and wait until it listens."""
-        if sessionstore.relayed(self.burst, record.backend):  # no socket of its machine is reachable
-            record.machine = sessionstore.machine_for(record)
-            self._save(record)
-            return sessionstore.boot(self.burst, record)
-        folder = tempfile.mkdtemp(prefix="nbb-")  # a folder only this user enters
-        record.socket, record.control = os.path.join(folder, "cells"), os.path.join(folder, "control")
-        record.machine = sessionstore.machine_for(record)  # one name per boot: a relaunch after a preemption
-        # deletes the machine it names, which must never be the session as it came back since
-        self._save(record)
-        argv = [record.socket, "--control", record.control, "--idle", str(record.idle_s), "--until", str(record.until)]
-        if record.preload:
-            argv += ["--preload", ",".join(record.preload)]
-        machines = self.burst.machines(record.backend)
-        env = {"NBBURST_SESSION_TOKEN": record.token}
-        machines.launch_session(record.session_id, record.machine, record.restarts + 1, record.cpus, argv, env)
-        session = Session(self, record)
-        deadline = time.monotonic() + START_SECONDS
-        while True:
-            try:
-                session.connect(record.control).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline or not session.alive():
-                    console = machines.console(record.machine)[-2000:]
-                    raise UsageError(f"session {record.name!r} did not start:\n{console}") from None
-                time.sleep(0.005)
+        """Start the record's machine and wait until it takes cells."""
+        record.machine = record.boot_machine()
+        self.transport(record.backend).boot(record, self._save)
 
     def stop(self, name: str | None = None) -> dict[str, Any]:
         """End a session and its machine; returns its summary (with the cost)."""
@@ -333,10 +280,7 @@ class Sessions:
         return info
 
     def _end_machine(self, record: SessionRecord) -> None:
-        if sessionstore.relayed(self.burst, record.backend):
-            return sessionstore.end(self.burst, record)
-        self.burst.machines(record.backend).delete(record.machine)
-        shutil.rmtree(os.path.dirname(record.socket), ignore_errors=True)  # its sockets' folder
+        self.transport(record.backend).end(record)
 
     # -- lookup -------------------------------------------------------------------------------
     def get(self, name: str | None = None) -> Session:
@@ -357,10 +301,7 @@ class Sessions:
         session = self.get(name)
         record = session.record
         try:
-            if not sessionstore.relayed(self.burst, record.backend):
-                session.pending = session.connect()  # up; the cell goes down this connection (Session.launch)
-                return session
-            if sessionstore.up(session):
+            if self.transport(record.backend).up(session):
                 return session
         except OSError:
             pass
