@@ -131,7 +131,7 @@ def test_a_spec_altered_in_the_store_fails_the_job_once_with_the_cause_from_the_
     assert "spec.json" in reason and "failed its signature check" in reason and "submit the cell again" in reason
     assert f"console of machine {job.machine_of()}" in reason and job.terminal().by == "supervisor"
     assert [row["attempt"] for row in job.attempts()] == [1]
-    assert f"{MARK} 1: job {job.id}: spec.json" in job.console()
+    assert f"{MARK} {job.id} attempt 1: spec.json" in job.console()
     gone(job)
 
 
@@ -172,11 +172,12 @@ def test_a_job_is_read_from_a_read_only_store(faulty, monkeypatch):
 
 
 def test_the_console_line_is_found_for_its_attempt_only():
-    line = console_line(2, "spec.json of job j failed\nits signature check")
+    line = console_line("j", 2, "spec.json of job j failed\nits signature check")
     assert "\n" not in line
-    console = f"boot\nNov 27 12:00:01 vm nbburst-agent[7]: {line}\n{console_line(1, 'older')}\n"
-    assert console_cause(console, 2) == "spec.json of job j failed its signature check"
-    assert console_cause(console, 1) == "older" and console_cause(console, 3) == ""
+    console = f"boot\nNov 27 12:00:01 vm nbburst-agent[7]: {line}\n{console_line('j', 1, 'older')}\n"
+    assert console_cause(console, "j", 2) == "spec.json of job j failed its signature check"
+    assert console_cause(console, "j", 1) == "older" and console_cause(console, "j", 3) == ""
+    assert console_cause(console, "k", 2) == ""  # another job's cell on the same (session) machine
 
 
 @pytest.mark.compute_emulator(operation_delay=0.02)
@@ -225,7 +226,7 @@ def test_an_agent_that_cannot_write_the_jobs_end_leaves_its_cause_on_the_console
     set_faults(faulty, Fault("write", RESULT, "ENOSPC"), Fault("write", "jobs/*/terminal.json", "ENOSPC"))
     side = tmp_path / "runs"
     job = submit(Burst(), counted_cell(side), max_restarts=10)
-    wait_until(lambda: f"{MARK} 1: " in job.console(), timeout=60, what="the agent's cause on its console")
+    wait_until(lambda: f"{MARK} {job.id} attempt 1: " in job.console(), timeout=60, what="the cause on its console")
     gone(job)
     assert job.terminal() is None  # it could not write it
     set_faults(faulty, Fault("write", RESULT, "ENOSPC"))  # the job's end can be written again

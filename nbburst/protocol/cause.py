@@ -14,25 +14,28 @@ from __future__ import annotations
 from ..store import NotFound, StoreError
 from .signing import SignatureError
 
-#: What starts the agent's console line; the attempt number and the cause follow.
-MARK = "nbburst: cannot run attempt"
+#: What starts the agent's console line; the job, the attempt and the cause follow.
+MARK = "nbburst: cannot run job"
 #: Said of an object the job needs that failed its signature check: what to do about it.
 REFUSED_ADVICE = "no attempt would run it; submit the cell again, and see who else can write to the Store"
 #: Said of an object the job needs that is missing.
 REMOVED_ADVICE = "the job's objects were removed from the Store (by `nbburst gc`, or by hand); submit the cell again"
 
 
-def console_line(attempt: int, cause: str) -> str:
-    """The console line that says ``attempt`` cannot run, and why (on one line, whatever the cause holds)."""
-    return f"{MARK} {attempt}: {' '.join(cause.split())}"
+def console_line(job_id: str, attempt: int, cause: str) -> str:
+    """The console line that says ``attempt`` of ``job_id`` cannot run, and why (on one line, whatever the
+    cause holds)."""
+    return f"{MARK} {job_id} attempt {attempt}: {' '.join(cause.split())}"
 
 
-def console_cause(console: str, attempt: int) -> str:
-    """The cause the agent of ``attempt`` printed to its machine's ``console`` (the last one), "" if none.
+def console_cause(console: str, job_id: str, attempt: int) -> str:
+    """The cause the agent of ``attempt`` of ``job_id`` printed to its machine's ``console`` (the last one), ""
+    if none.
 
     Found anywhere in a line: a serial port prefixes the agent's lines with the time and the unit that wrote
-    them. Another attempt's line, from an earlier boot of the same machine, is not this one's."""
-    prefix = f"{MARK} {attempt}: "
+    them. Another attempt's line (an earlier boot of the same machine), or another job's (a session's machine
+    runs many), is not this one's."""
+    prefix = f"{MARK} {job_id} attempt {attempt}: "
     found = ""
     for line in console.splitlines():
         at = line.find(prefix)

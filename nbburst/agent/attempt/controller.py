@@ -165,7 +165,7 @@ class Agent:
         """End the job FAILED with ``cause``, which no relaunch would get past. Said on the console first: when
         the Store cannot take the job's end either (then None), the supervisor finds it there
         (protocol/cause.py), so the machine must keep its console (it is not deleted)."""
-        print(console_line(self.attempt, cause), file=sys.stderr, flush=True)
+        print(console_line(self.spec.job_id, self.attempt, cause), file=sys.stderr, flush=True)
         self.shipper.event(f"nbburst: {cause}")
         try:
             self.shipper.flush()
@@ -473,7 +473,7 @@ def main(argv: list[str]) -> int:
     try:
         spec = load_spec(store, layout, ident.key)
     except (NotFound, signing.SignatureError) as exc:  # no spec to end the job with: the supervisor has the real one
-        print(console_line(ident.attempt, f"job {job_id}: {cause_of(exc)}"), file=sys.stderr, flush=True)
+        print(console_line(job_id, ident.attempt, cause_of(exc)), file=sys.stderr, flush=True)
         return 3
     from ..machine.gce import end_machine
 

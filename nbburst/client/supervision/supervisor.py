@@ -307,7 +307,7 @@ class Supervisor:
             console = self.job.machines.console(name)
         except Exception:  # a console that cannot be read says nothing: the attempt is taken for preempted
             return ""
-        cause = console_cause(console, status.attempt)
+        cause = console_cause(console, self.job.id, status.attempt)
         return f"{cause} (said by attempt {status.attempt} on the console of machine {name})" if cause else ""
 
     def _resources(self, waiting: dict[str, Any] | None) -> Resources:
