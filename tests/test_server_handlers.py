@@ -144,7 +144,7 @@ def test_list_filter_and_detail(api, store_env):
     done = burst.submit(print, "hello", options=burst.options(name="quick"))
     assert done.wait(30).value == "SUCCEEDED"
     sleeper = submit_sleeper(burst, name="sleeper")
-    wait_until(lambda: api.get("jobs", sleeper.id)["state"] == "RUNNING", 20)
+    wait_until(lambda: api.get("jobs", sleeper.id)["state"] == "RUNNING")
 
     listed = api.get("jobs", state="all")["jobs"]
     assert [j["id"] for j in listed] == [sleeper.id, done.id]  # newest first
@@ -166,7 +166,7 @@ def test_list_filter_and_detail(api, store_env):
 def test_cancel_stops_the_machine(api, store_env):
     burst = Burst()
     job = submit_sleeper(burst, name="to-cancel")
-    wait_until(lambda: api.get("jobs", job.id)["state"] == "RUNNING", 20)
+    wait_until(lambda: api.get("jobs", job.id)["state"] == "RUNNING")
     proc = psutil.Process(agent_pid(store_env["state"], job))
 
     started = time.monotonic()
@@ -295,25 +295,26 @@ def test_api_stays_responsive_while_cancelling(api, store_env, jp_fetch, jp_asyn
     from nbburst.server.manager import JobsManager
 
     job = submit_sleeper(Burst())
-    wait_until(lambda: api.get("jobs", job.id)["state"] == "RUNNING", 20)
+    wait_until(lambda: api.get("jobs", job.id)["state"] == "RUNNING")
     cancel = JobsManager.cancel
+    listed = threading.Event()
 
-    def slow_cancel(self, ref):  # a Compute Engine VM takes seconds to delete
-        time.sleep(4.0)
+    def slow_cancel(self, ref):  # a Compute Engine VM takes seconds to delete: this one, until the listing is back
+        listed.wait(60)
         return cancel(self, ref)
 
     monkeypatch.setattr(JobsManager, "cancel", slow_cancel)
 
     async def both():
-        start = time.monotonic()
         cancelling = asyncio.ensure_future(jp_fetch("nbburst", "api", "jobs", job.id, method="DELETE"))
         await asyncio.sleep(0.1)
         listing = await jp_fetch("nbburst", "api", "jobs")
-        listed_after = time.monotonic() - start
-        return listing, listed_after, await cancelling
+        waited = cancelling.done()
+        listed.set()
+        return listing, waited, await cancelling
 
-    listing, listed_after, cancelled = jp_asyncio_loop.run_until_complete(both())
-    assert listed_after < 3.0, "the listing waited for the cancellation (4 s), beyond a busy machine's delay"
+    listing, waited, cancelled = jp_asyncio_loop.run_until_complete(both())
+    assert not waited, "the listing waited for the cancellation"
     assert json.loads(listing.body)["jobs"][0]["id"] == job.id
     assert json.loads(cancelled.body)["state"] == "CANCELLED"
 
@@ -323,10 +324,10 @@ def test_hosted_supervisor_resumes_a_preempted_detached_job(api, store_env, jp_s
     assert extension.supervision is not None and extension.supervision.running
     burst = Burst()
     job = submit_sleeper(burst, seconds=2.5, name="survivor")
-    wait_until(lambda: api.get("jobs", job.id)["state"] == "RUNNING", 20)
+    wait_until(lambda: api.get("jobs", job.id)["state"] == "RUNNING")
 
     job.preempt(grace_s=5)  # nobody in this process waits for the job: only the server can resume it
-    wait_until(lambda: api.get("jobs", job.id)["state"] == "SUCCEEDED", 30)
+    wait_until(lambda: api.get("jobs", job.id)["state"] == "SUCCEEDED")
     detail = api.get("jobs", job.id)
     assert detail["attempt"] == 2
     assert [(a["attempt"], a["state"]) for a in detail["attempts"]] == [(1, "PREEMPTED"), (2, "SUCCEEDED")]
@@ -349,7 +350,7 @@ def test_hosted_supervisor_leaves_jobs_it_cannot_resume(store_env):
 
     burst = Burst()
     job = submit_sleeper(burst, seconds=30)
-    wait_until(lambda: job.state.value == "RUNNING", 20)
+    wait_until(lambda: job.state.value == "RUNNING")
     job.preempt(grace_s=5)
     assert job.state.value == "PREEMPTED"
     key_file = store_env["state"] / "keys" / f"{job.id}.key"
