@@ -168,7 +168,6 @@ class Agent:
         print(console_line(self.spec.job_id, self.attempt, cause), file=sys.stderr, flush=True)
         self.shipper.event(f"nbburst: {cause}")
         try:
-            self.shipper.flush()
             return self.commit_terminal(State.FAILED, cause)
         except Exception:
             traceback.print_exc()
