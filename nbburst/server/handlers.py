@@ -6,7 +6,11 @@ reach the scheduler's machine; when the server cannot reach it either, it redire
 
 Every handler requires an authenticated (and authorized) user. Store calls
 block, so they run in the extension's thread pool and the server stays
-responsive. Errors are JSON: ``{"message": ...}``.
+responsive. Errors are JSON: ``{"message": ...}``, mapped from nbburst's errors in one place
+(:meth:`BurstHandler.run`).
+
+The routes, their parameters, answers and errors are specified in docs/rest-api.md, which the sidebar's
+types (labextension/src/wire.ts) follow and the handler tests check: a route added here goes there too.
 """
 
 from __future__ import annotations

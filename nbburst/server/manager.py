@@ -4,6 +4,8 @@ Every method here blocks on Store I/O: the handlers call them in a thread pool.
 Two facts keep repeated polling cheap, even on GCS: a terminal job never
 changes again (its summary is cached), and log chunks are immutable (their
 rendered length is cached, so a tail reads only the chunks it has not seen).
+
+What each method answers is what the REST API answers (docs/rest-api.md, which lists every key).
 """
 
 from __future__ import annotations
