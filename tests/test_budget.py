@@ -7,8 +7,9 @@ import json
 import pytest
 from support import LARGE_QUOTAS, wait_until
 
-from nbburst.client.burst import Burst, Job
+from nbburst.client.burst import Burst
 from nbburst.client.capture import capture
+from nbburst.client.job import Job
 from nbburst.errors import UsageError
 from nbburst.machines.base import machine_name, worker_name
 from nbburst.machines.gce.machines import GCEMachines

@@ -36,7 +36,8 @@ import psutil
 import pytest
 from support.jobs import agent_of, expected_loop, gone, printed, submit
 
-from nbburst.client.burst import Burst, Job
+from nbburst.client.burst import Burst
+from nbburst.client.job import Job
 from nbburst.client.supervision.loop import Loop
 from nbburst.errors import UsageError
 from nbburst.protocol import processes

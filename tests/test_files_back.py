@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from support import machines_gone
 
-from nbburst.client.burst import Burst, Job
+from nbburst.client.burst import Burst
 from nbburst.client.capture import capture
+from nbburst.client.job import Job
 from nbburst.protocol import workfiles
 from nbburst.protocol.job import State
 

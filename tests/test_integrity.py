@@ -24,7 +24,8 @@ from support.notebook import run_notebook
 from nbburst import checkpoint
 from nbburst.agent.attempt import checkpoints as mirror
 from nbburst.agent.attempt import verdict
-from nbburst.client.burst import UNVERIFIED, Burst
+from nbburst.client.burst import Burst
+from nbburst.client.job import UNVERIFIED
 from nbburst.client.supervision.loop import Loop
 from nbburst.machines.gce.machines import GCEMachines
 from nbburst.machines.local import LocalMachines

@@ -6,8 +6,9 @@ import pytest
 from support import machines_gone, wait_until
 
 import nbburst
-from nbburst.client.burst import Burst, Job
+from nbburst.client.burst import Burst
 from nbburst.client.capture import capture
+from nbburst.client.job import Job
 from nbburst.client.resume import ResumeRefused
 from nbburst.protocol import sealed
 from nbburst.protocol.job import JobLayout, State

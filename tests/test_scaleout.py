@@ -11,8 +11,9 @@ import pytest
 from cryptography.exceptions import InvalidTag
 from support import LARGE_QUOTAS, machines_gone, wait_until
 
-from nbburst.client.burst import Burst, Job
+from nbburst.client.burst import Burst
 from nbburst.client.capture import capture
+from nbburst.client.job import Job
 from nbburst.errors import UnsupportedOption, UsageError
 from nbburst.machines.base import RUNNING, machine_name, worker_name
 from nbburst.protocol import cluster, processes

@@ -27,8 +27,9 @@ from traitlets.config import Config
 
 import nbburst
 import nbburst.server
-from nbburst.client.burst import Burst, Job
+from nbburst.client.burst import Burst
 from nbburst.client.capture import capture
+from nbburst.client.job import Job
 
 #: The keys the sidebar cannot do without in a job's summary (docs/rest-api.md, "Job", has them all).
 INFO_KEYS = {
@@ -439,7 +440,7 @@ def test_the_specification_describes_every_route():
 
 
 def test_the_specification_names_every_key_of_the_answers(api, store_env):
-    from nbburst.client.burst import unverified_info
+    from nbburst.client.job import unverified_info
     from nbburst.protocol import budget, signing
 
     burst = Burst()

@@ -29,7 +29,7 @@ from ..protocol.imports import imported_by
 
 def start(code: str) -> threading.Thread | None:
     """Import the modules ``code`` imports that the kernel has not, in a daemon thread; None when there are
-    none. :meth:`~nbburst.client.burst.Job.outcome` joins it before it loads the values (two threads never
+    none. :meth:`~nbburst.client.job.Job.outcome` joins it before it loads the values (two threads never
     import at once in the same package there)."""
     missing = [name for name in imported_by(code, top_level=True) if name not in sys.modules]
     if not missing:

@@ -25,7 +25,7 @@ from ..protocol import budget, cluster
 from ..protocol.job import DESCRIBE_SECONDS, JobSpec
 
 if TYPE_CHECKING:
-    from .burst import Job
+    from .job import Job
 
 
 def names(spec: JobSpec) -> list[str]:

@@ -4,7 +4,7 @@ cloudpickle 3.1.3 names every code object it pickles by value ``<dynamic-code>``
 its payloads the same wherever a function was defined. A function from the notebook (or
 from a file beside it) that raises on the machine would then show neither its file nor
 its lines in the traceback that comes back. The machine gets the file's lines with the
-cell (client/burst.py registers them with :mod:`linecache`), so the name is what matters.
+cell (client/result.py registers them with :mod:`linecache`), so the name is what matters.
 
 cloudpickle also ships a class or function by value when the module its ``__module__`` names
 is not imported yet, which installed packages do on purpose: numpy 2 names ``np.recarray``'s

@@ -17,7 +17,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .. import config
-from ..client.burst import Burst, Job
+from ..client.burst import Burst
+from ..client.job import Job
 from ..client.session.manager import SessionGone
 from ..errors import JobNotFound, UsageError
 from ..protocol import cluster

@@ -17,7 +17,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from ..client.burst import Job
+from ..client.job import Job
 from ..client.supervision.loop import Loop
 from ..protocol.job import State
 from .manager import JobsManager

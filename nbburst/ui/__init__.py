@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .tables import JobsTable
 
 if TYPE_CHECKING:
-    from ..client.burst import Job
+    from ..client.job import Job
     from .view import JobView
 
 __all__ = ["JobView", "JobsTable", "show"]

@@ -376,7 +376,7 @@ def _gc_watchers(
 def _job_over(burst: Any, store: Any, job_id: str, what: str) -> str | None:
     """Why what belongs to job ``job_id`` may go (its job ended, or is unknown in ``store``); None while the job
     lives or cannot be verified here."""
-    from ..client.burst import Job
+    from ..client.job import Job
     from ..protocol.signing import SignatureError
 
     if not job_id or not valid_job_id(job_id) or not store.exists(JobLayout(job_id).spec):

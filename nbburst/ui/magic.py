@@ -17,9 +17,10 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import publish_display_data
 
 from .. import config
-from ..client.burst import Burst, Job
+from ..client.burst import Burst
 from ..client.capture import capture
 from ..client.cellcode import check_syntax
+from ..client.job import Job
 from ..client.session.manager import DEFAULT_IDLE, DEFAULT_NAME, DEFAULT_TIMEOUT
 from ..errors import UsageError
 from ..options import CELL_OPTIONS

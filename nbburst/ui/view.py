@@ -54,7 +54,8 @@ from . import style
 from .viewmodel import ViewModel
 
 if TYPE_CHECKING:
-    from ..client.burst import Job, LogTail
+    from ..client.job import Job
+    from ..client.logtail import LogTail
 
 TICK_SECONDS = 0.25  # widget refresh
 INFO_SECONDS = 1.0  # status/cost reads from the Store

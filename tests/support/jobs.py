@@ -7,8 +7,9 @@ from pathlib import Path
 
 import psutil
 
-from nbburst.client.burst import Burst, Job
+from nbburst.client.burst import Burst
 from nbburst.client.capture import capture
+from nbburst.client.job import Job
 from nbburst.protocol import processes
 from support import machines_gone
 

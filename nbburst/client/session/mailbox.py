@@ -24,7 +24,7 @@ from .transport import Transport
 
 if TYPE_CHECKING:
     from ...store import Store
-    from ..burst import Job
+    from ..job import Job
     from .manager import Session, SessionRecord
 
 #: How often the client reads the session's state while it waits for an answer.

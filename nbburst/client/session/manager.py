@@ -39,7 +39,8 @@ from .socket import SocketTransport
 from .transport import Transport
 
 if TYPE_CHECKING:
-    from ..burst import Burst, Job
+    from ..burst import Burst
+    from ..job import Job
 
 DEFAULT_NAME = "default"
 DEFAULT_IDLE = "10m"

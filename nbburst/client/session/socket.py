@@ -24,7 +24,7 @@ from ...machines.base import GONE
 from .transport import Transport
 
 if TYPE_CHECKING:
-    from ..burst import Job
+    from ..job import Job
     from .manager import Session, SessionRecord
 
 #: How long a waiting client sleeps on the session's connection before it checks the Store anyway.

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..burst import Burst, Job
+    from ..burst import Burst
+    from ..job import Job
     from .manager import Session, SessionRecord
 
 

@@ -6,7 +6,7 @@
 
 Where it runs, each host in the module named after the place:
 
-- the waiting cell: ``Job.wait`` steps its own job's supervisor on every poll (client/burst.py), the fast
+- the waiting cell: ``Job.wait`` steps its own job's supervisor on every poll (client/job.py), the fast
   path while the notebook waits;
 - the Jupyter server: :mod:`nbburst.server.supervision`, the loop in a thread of the server, for detached
   jobs and kernels that were shut down;

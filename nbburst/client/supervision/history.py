@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ...protocol.job import State
 
 if TYPE_CHECKING:
-    from ..burst import Job
+    from ..job import Job
 
 
 def attempts(job: Job) -> list[dict[str, Any]]:

@@ -29,7 +29,8 @@ from ...store.base import elapsed
 from .supervisor import Supervisor
 
 if TYPE_CHECKING:
-    from ..burst import Burst, Job
+    from ..burst import Burst
+    from ..job import Job
 
 
 def print_problem(key: str, problem: str) -> None:

@@ -54,7 +54,7 @@ from .. import workers
 from .history import history_text
 
 if TYPE_CHECKING:
-    from ..burst import Job
+    from ..job import Job
 
 LEASE_SECONDS = 30.0
 BACKOFF = (5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 300.0)  # seconds between tries when there is no capacity

@@ -34,7 +34,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from ...client.burst import Burst, Job
+from ...client.burst import Burst
+from ...client.job import Job
 from ...errors import BurstError, JobFailed, UnsupportedOption, UsageError
 from ...machines.base import (
     GONE,

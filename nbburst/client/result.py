@@ -1,0 +1,77 @@
+"""What a job gives back, in the kernel: a cell's variables and last value (:class:`CellResult`), or its
+exception, raised here with a traceback through the cell's own lines."""
+
+from __future__ import annotations
+
+import linecache
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import RemoteError
+from ..protocol import state as process_state
+from ..protocol import transfer
+
+
+def user_namespace() -> dict[str, Any]:
+    """The namespace results come back to by default: the IPython kernel's, else ``__main__``'s."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell.user_ns if shell is not None else sys.modules["__main__"].__dict__
+
+
+@dataclass
+class CellResult:
+    """What a cell sent back: the variables it assigned and its last expression."""
+
+    values: dict[str, Any]
+    deleted: list[str] = field(default_factory=list)
+    has_last: bool = False
+    last: Any = None
+    last_bundle: tuple[dict[str, Any], dict[str, Any]] | None = None
+    warnings: list[str] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)  # process state the cell changed
+    failed: dict[str, str] = field(default_factory=dict)  # name -> why it could not come back (also in warnings)
+
+    @classmethod
+    def load(cls, data: bytes, namespace: dict[str, Any], inner: dict[str, dict[int, Any]] | None = None) -> CellResult:
+        """Unpickle a result into ``namespace``'s terms (see :mod:`nbburst.protocol.transfer`): value by
+        value, so one that cannot come back is a warning, not the loss of the others. ``inner``: the objects
+        inside the inputs as they were sent, which the result may update in place."""
+        loaded = transfer.load_values(data, namespace, inner)
+        meta, values = loaded.meta, loaded.values
+        has_last = meta["has_last"] and transfer.LAST in values
+        last = values.pop(transfer.LAST, None)
+        failed = [
+            f"{'the value of the cell (Out)' if name == transfer.LAST else repr(name)} could not come back: {why}"
+            for name, why in loaded.failed.items()
+        ]
+        return cls(
+            values=values,
+            deleted=meta["deleted"],
+            has_last=has_last,
+            last=last,
+            last_bundle=meta.get("last_bundle"),
+            warnings=[*meta["warnings"], *failed],
+            state=meta.get("state", {}),
+            failed=dict(loaded.failed),
+        )
+
+    def merge_into(self, namespace: dict[str, Any]) -> None:
+        """Bind the values, drop the deleted names, apply the process state, as the cell would have."""
+        namespace.update(self.values)
+        for name in self.deleted:
+            namespace.pop(name, None)
+        self.warnings += process_state.restore(self.state)
+
+
+def raise_remote(info: dict[str, Any]) -> None:
+    """Raise the remote exception here, with a traceback through the cell's own lines."""
+    __tracebackhide__ = True
+    filename, source = info.get("filename"), info.get("source") or []
+    if filename:
+        linecache.cache[filename] = (sum(map(len, source)), None, source, filename)
+    exc = info.get("exc")
+    if isinstance(exc, BaseException):
+        raise exc
+    raise RemoteError(info["type"], info["message"], info.get("traceback", ""))
