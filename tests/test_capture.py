@@ -93,17 +93,17 @@ def test_syntax_error_is_a_capture_error_with_the_line():
 
 def test_unpicklable_value_passes_capture_and_fails_at_encoding():
     # capture() only selects; the client refuses at encoding time, naming the variable.
-    from nbburst.client.burst import _encode_all
+    from nbburst.client.submission import encode_all
 
     with pytest.raises(CaptureError, match=r"variable 'lk' \(_thread.lock\).*Fix: create the lock inside the cell"):
-        _encode_all(capture("lk.acquire()", {"lk": threading.Lock()}).values)
+        encode_all(capture("lk.acquire()", {"lk": threading.Lock()}).values)
 
 
 def test_names_written_in_strings_travel_when_they_can():
     # Formula and query strings are evaluated in the notebook's namespace.
-    from nbburst.client.burst import _encode_all
+    from nbburst.client.submission import encode_all
 
     ns = {"np": np, "df": [1], "lim": 3, "lk": threading.Lock()}
     cap = capture("res = ols('y ~ np.log(x)', data=df)\nq = query('a > @lim')\nprint('lk held')", ns)
     assert cap.modules == {"np": "numpy"} and cap.values["lim"] == 3
-    assert set(_encode_all(cap.values, cap.optional)) == {"df", "lim"}  # the lock only named in a string stays
+    assert set(encode_all(cap.values, cap.optional)) == {"df", "lim"}  # the lock only named in a string stays

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from sklearn.linear_model import LogisticRegression
 
-from nbburst.client.burst import _encode_all
+from nbburst.client.submission import encode_all
 from nbburst.protocol import payload, plaindata
 
 
@@ -22,7 +22,7 @@ class Notebooks:
 
 
 def _blob(value: object) -> bytes:
-    return _encode_all({"v": value}, frozenset(), {}, {})["v"].tobytes()
+    return encode_all({"v": value}, frozenset(), {}, {})["v"].tobytes()
 
 
 @pytest.mark.parametrize(

@@ -17,24 +17,21 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__, config
-from ..errors import CaptureError, JobNotFound, UsageError
+from ..errors import JobNotFound, UsageError
 from ..machines import Machines, open_machines
-from ..options import CELL_OPTIONS, Options, api_keywords, file_destination, split_api_options
-from ..protocol import backends, budget, payload, pricing, signing, sources, transfer, workfiles
-from ..protocol import state as process_state
+from ..options import CELL_OPTIONS, Options, api_keywords, split_api_options
+from ..protocol import backends, budget, payload, pricing, signing, sources, workfiles
 from ..protocol.env import manifest, manifest_json
 from ..protocol.folder import JobFolder
 from ..protocol.imports import imported_by
-from ..protocol.job import BLOBS_PREFIX, JobLayout, JobSpec, blob_key, jobs_prefix, new_job_id, valid_job_id
+from ..protocol.job import JobLayout, JobSpec, jobs_prefix, new_job_id, valid_job_id
 from ..store import Store, open_store
 from . import importahead, resume
-from .capture import Capture, unpicklable_message
+from .capture import Capture
 from .job import Job
 from .session.manager import Sessions
+from .submission import check_files, encode_all, encode_state, upload_blob, upload_file
 from .supervision import laptop
-
-# fingerprint of exact bytes -> SHA-256 address, per store: saves re-hashing unchanged data.
-_ADDRESS_CACHE: dict[tuple[str, str], str] = {}
 
 
 class Burst:
@@ -134,11 +131,11 @@ class Burst:
             options = replace(options, resume=source.id)  # the spec names it by id: names repeat
         inner: dict[str, dict[int, Any]] = {}  # the objects inside each input: results may refer to them
         named = {*imports, *modules.values()}  # and the modules of what the inputs hold
-        encoded = _encode_all(values, optional, namespace, inner, named)
-        inputs = {"modules": modules, **extra, "state": _encode_state()}
+        encoded = encode_all(values, optional, namespace, inner, named)
+        inputs = {"modules": modules, **extra, "state": encode_state()}
         if own := sources.collect(named):
             inputs["sources"] = sources.encode(own)
-        files = _check_files(options.files)
+        files = check_files(options.files)
         if options.name and self._find_by_name(store, options.name, running_only=True):
             raise UsageError(f"--name: a job called {options.name!r} is still running; pick another name")
         job_id = new_job_id()
@@ -302,51 +299,3 @@ def submit(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Job:
     burst = Burst()
     given, kwargs = split_api_options(kwargs)
     return burst.submit(fn, *args, options=burst.options(**given), **kwargs)
-
-
-def _encode_all(
-    values: dict[str, Any],
-    optional: frozenset[str] = frozenset(),
-    namespace: dict[str, Any] | None = None,
-    inner: dict[str, dict[int, Any]] | None = None,
-    named: set[str] | None = None,
-) -> dict[str, payload.Encoded]:
-    """Every input as a blob (see :func:`transfer.encode_inputs`); one that cannot be pickled stops the
-    submission, naming it, unless it is ``optional``."""
-    encoded, failed = transfer.encode_inputs(values, optional, namespace, inner, named)
-    for name, exc in failed.items():
-        if name not in optional:
-            shown = "a function argument" if name.startswith("__") else name
-            raise CaptureError(unpicklable_message(shown, values[name], exc)) from None
-    return encoded
-
-
-def _encode_state() -> payload.Encoded:
-    """The process state the cell relies on (:mod:`nbburst.protocol.state`)."""
-    return payload.encode(process_state.capture())
-
-
-def _check_files(paths: list[str]) -> dict[str, Path]:
-    files = {}
-    for raw in paths:
-        path = Path(raw).expanduser()
-        if not path.is_file():
-            raise UsageError(f"--files: {raw!r} is not a file (folders: pass each file, or archive them)")
-        files[file_destination(raw)] = path
-    return files
-
-
-def upload_blob(store: Store, enc: payload.Encoded) -> str:
-    """Upload ``enc`` as a content-addressed blob unless the Store already has it; returns its address."""
-    fp = payload.fingerprint(enc.parts)
-    address = _ADDRESS_CACHE.get((store.url, fp))
-    if address is None or not store.exists(blob_key(address)):
-        address = store.put_addressed(BLOBS_PREFIX, enc.chunks, lambda: payload.digest(enc.parts))
-    _ADDRESS_CACHE[(store.url, fp)] = address
-    return address
-
-
-def upload_file(store: Store, path: Path) -> str:
-    """Upload a file's bytes as a blob (``--files``) unless the Store has them; returns the address."""
-    data = path.read_bytes()
-    return store.put_addressed(BLOBS_PREFIX, lambda: [data], lambda: payload.digest_bytes(data))
