@@ -202,7 +202,7 @@ def test_sidebar_follows_and_cancels_jobs(tmp_path, monkeypatch):
 
         states = {job.name: job.state.value for job in burst.jobs()}
         assert states == {"e2e-ok": "SUCCEEDED", "e2e-cancel": "CANCELLED"}
-        wait_until(lambda: not agents_under(str(store)), 10, what="the cancelled job's machine to go away")
+        wait_until(lambda: not agents_under(str(store)), 60, what="the cancelled job's machine to go away")
     finally:
         server.stop()
         kill_agents(str(store), grace=0)
@@ -309,7 +309,7 @@ def test_job_view_cancels_while_the_cell_waits_and_survives_a_restart(tmp_path, 
 
                 # Saved, kernel restarted, page reloaded: the widget's model is gone, the static summary shows.
                 page.keyboard.press("Control+s")
-                wait_until(lambda: "CANCELLED" in notebook.read_text(), 15, what="the notebook to be saved")
+                wait_until(lambda: "CANCELLED" in notebook.read_text(), 60, what="the notebook to be saved")
                 (session,) = server.api("api/sessions")
                 server.api(f"api/kernels/{session['kernel']['id']}/restart", method="POST")
                 page.reload()
@@ -334,7 +334,7 @@ def test_job_view_cancels_while_the_cell_waits_and_survives_a_restart(tmp_path, 
 
         states = {job.name: job.state.value for job in Burst().jobs()}
         assert states == {"view-wait": "CANCELLED", "view-detached": "CANCELLED"}
-        wait_until(lambda: not agents_under(env["NBBURST_ROOT"]), 10, what="the cancelled job's machine to go away")
+        wait_until(lambda: not agents_under(env["NBBURST_ROOT"]), 60, what="the cancelled job's machine to go away")
     finally:
         server.stop()
         kill_agents(env["NBBURST_ROOT"], grace=0)

@@ -120,10 +120,10 @@ def test_preempted_while_booting_and_max_restarts(burst_env):
     job = submit(burst, loop_code(3, 0.05), max_restarts=1)
     job.preempt(0)  # before the agent wrote anything: only the client's claim exists
     assert job.statuses()[-1].state == State.PROVISIONING
-    wait_until(lambda: job.derive_state()[0] == State.PREEMPTED, timeout=20, what="PREEMPTED at boot")
+    wait_until(lambda: job.derive_state()[0] == State.PREEMPTED, timeout=120, what="PREEMPTED at boot")
     wait_until(lambda: job.supervise() != State.PREEMPTED and job.attempt == 2, what="relaunch")
     job.preempt(0)
-    assert job.wait(timeout=30) == State.FAILED
+    assert job.wait(timeout=120) == State.FAILED
     reason = job.terminal().reason
     assert "gave up after --max-restarts 1" in reason and "#1 PREEMPTED" in reason and "#2 PREEMPTED" in reason
     gone(job)
@@ -530,7 +530,7 @@ def test_one_background_supervisor_per_store_and_it_goes_away(burst_env, tmp_pat
     assert not psutil.pid_exists(starting) or psutil.Process(starting).status() == psutil.STATUS_ZOMBIE
 
     first = laptop.ensure(settings, url)
-    wait_until(lambda: laptop.running(lock) == first, 30, what="the supervisor to start")
+    wait_until(lambda: laptop.running(lock) == first, 120, what="the supervisor to start")
     assert psutil.Process(first).nice() == os.getpriority(os.PRIO_PROCESS, 0) + laptop.NICENESS  # below ours
     assert laptop.ensure(settings, url) is None  # one runs already
     laptop.stop(lock)
@@ -540,9 +540,9 @@ def test_one_background_supervisor_per_store_and_it_goes_away(burst_env, tmp_pat
     assert quick.wait(60) == 0  # no job to watch: it leaves after its idle time
     lasting = subprocess.Popen([sys.executable, "-m", "nbburst.client.supervision.laptop", "--idle", "600"], env=env)
     try:
-        wait_until(lambda: laptop.running(lock) == lasting.pid, 30, what="the supervisor to start")
+        wait_until(lambda: laptop.running(lock) == lasting.pid, 120, what="the supervisor to start")
         lock.unlink()  # its state folder is gone (a temporary one, removed)
-        assert lasting.wait(30) == 0
+        assert lasting.wait(120) == 0
     finally:
         if lasting.poll() is None:
             lasting.kill()
