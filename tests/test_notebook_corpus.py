@@ -100,6 +100,10 @@ VARIES: dict[str, dict[str, str]] = {
         "y2 from np.random.normal(...) without a seed, and the fits on it: " + _UNSEEDED,
     ),
     "statsmodels/ets": {"namespace simulated": "fit.simulate(...) without a random_state: " + _UNSEEDED},
+    "ipython-cookbook/07_test": dict.fromkeys(
+        ["cell 4 stdout", "cell 6 stdout", "cell 8 stdout"],
+        "`!pytest first.py` prints its rootdir, the run's own temporary folder: two plain runs differ too",
+    ),
     "networkx/plot_expected_degree_sequence": dict.fromkeys(
         ["cell 1 stdout", "namespace dh", "namespace i"],
         "nx.expected_degree_graph(w) without a seed: " + _UNSEEDED,
@@ -145,13 +149,18 @@ HELD_OUT = [
 
 #: The notebooks run with every cell on one warm session (``--corpus=all``: all of them): a plotting one, one
 #: that imports seaborn and one whose formula names a notebook function, of statsmodels; one of networkx;
-#: a fitted Pipeline of imbalanced-learn.
+#: a fitted Pipeline of imbalanced-learn; a figure built over several cells and seaborn (pydata-book ch09);
+#: a data file read by relative path (pandas-tutorial); `!ls`, `_` and a file one cell writes and the next
+#: reads (IPython Cookbook).
 ON_SESSION = [
     "statsmodels/wls",
     "statsmodels/lowess",
     "statsmodels/glm_formula",
     "networkx/plot_karate_club",
     "imbalanced-learn/plot_pipeline_classification",
+    "pydata-book/ch09",
+    "pandas-tutorial/solved - 04 - Groupby operations",
+    "ipython-cookbook/01_notebook",
 ]
 
 
