@@ -6,6 +6,7 @@ import os
 import time
 
 import pytest
+from support import wait_until
 
 import nbburst
 from nbburst.client.burst import Burst
@@ -51,18 +52,27 @@ def test_remote_exception_from_result(burst_env):
         job.result(timeout=60)
 
 
-def test_output_streams_while_the_job_runs(burst_env):
-    def chatty():
-        for i in range(3):
-            print(f"line {i}", flush=True)
-            time.sleep(1.0)
+def test_output_streams_while_the_job_runs(burst_env, tmp_path):
+    seen = tmp_path / "seen"
 
-    job = nbburst.submit(chatty)
-    arrivals = []
-    job.wait(on_record=lambda r: arrivals.append((time.monotonic(), r.get("x", ""))))
-    ended = time.monotonic()
-    first = next(t for t, text in arrivals if "line 0" in text)
-    assert ended - first > 1.5, "the first line arrived only at the end"
+    def chatty(seen):
+        import os
+        import time
+
+        print("line 0", flush=True)
+        while not os.path.exists(seen):  # the job ends only once the notebook has its first line
+            time.sleep(0.05)
+        print("line 1", flush=True)
+
+    def arrived(record):
+        if "line 0" in record.get("x", ""):
+            seen.touch()
+
+    job = nbburst.submit(chatty, str(seen))
+    state = job.wait(timeout=120, on_record=arrived)
+    if state != State.SUCCEEDED:
+        job.cancel()
+    assert state == State.SUCCEEDED and seen.exists(), "the first line did not arrive while the job ran"
 
 
 def test_cancel_stops_the_machine_and_no_result_appears(burst_env):
@@ -127,10 +137,19 @@ def test_agent_refuses_a_tampered_job(burst_env, monkeypatch, target):
         job.result(timeout=60)
 
 
-def test_a_vanished_machine_is_preempted_and_relaunched(burst_env):
-    job = nbburst.submit(slow_square, 6, delay=2.0)
-    while job.state != State.RUNNING:
-        time.sleep(0.05)
+def held_square(x, started):
+    """``x * x``, once relaunched: its first run says it started, then runs until its machine goes."""
+    if not os.path.exists(started):
+        open(started, "w").close()
+        while True:
+            time.sleep(0.1)
+    return x * x
+
+
+def test_a_vanished_machine_is_preempted_and_relaunched(burst_env, tmp_path):
+    started = tmp_path / "started"
+    job = nbburst.submit(held_square, 6, str(started))
+    wait_until(started.exists, what="the job to run")  # still running when preempted, however busy the machine
     job.preempt(grace_s=0.5)
     assert job.result(timeout=90) == 36
     assert [s.attempt for s in job.statuses()] == [1, 2]
