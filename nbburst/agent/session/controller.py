@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...protocol import signing
+from ...protocol.cause import cause_of, console_line
 from ...protocol.job import ENV_ATTEMPT, ENV_JOB_KEY, JobLayout, State, split_job_url
 from ...store import NotFound, open_store
 from ..attempt import preemption, spawn
@@ -129,7 +130,7 @@ def control(conn: socket.socket, request: dict[str, Any], ready: ReadyRunner, en
     try:
         spec = load_spec(store, layout, ident.key)
     except (NotFound, signing.SignatureError) as exc:
-        print(f"nbburst session: cannot run job {job_id}: {exc}", file=sys.stderr)
+        print(console_line(job_id, ident.attempt, cause_of(exc)), file=sys.stderr, flush=True)
         _notify(conn, b"D")
         return 3
     if not store.exists(layout.terminal):
@@ -137,7 +138,10 @@ def control(conn: socket.socket, request: dict[str, Any], ready: ReadyRunner, en
         agent.shipper.wake = lambda what: _notify(conn, what)
         agent.ready = ready
         preemption.install(agent)
-        agent.run()
+        try:
+            agent.run()
+        except Exception as exc:  # what every attempt would meet (agent/attempt/controller.py's main does the same)
+            agent.give_up(cause_of(exc))
         _notify(conn, b"D")
         ended()
         agent.reap()  # after the client is told: its runner's exit is no cell's time
