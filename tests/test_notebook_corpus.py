@@ -100,6 +100,32 @@ VARIES: dict[str, dict[str, str]] = {
         "y2 from np.random.normal(...) without a seed, and the fits on it: " + _UNSEEDED,
     ),
     "statsmodels/ets": {"namespace simulated": "fit.simulate(...) without a random_state: " + _UNSEEDED},
+    "scientific-python-lectures/Lecture-1-Introduction-to-Python-Programming": {
+        "cell 123 stdout": "`help(mymodule)` prints the module's file, in the run's own temporary folder: "
+        "two plain runs differ too",
+    },
+    "scientific-python-lectures/Lecture-2-Numpy": dict.fromkeys(
+        [
+            "cell 22 out",
+            "cell 23 out",
+            "cell 32 out",
+            "cell 34 stdout",
+            "cell 35 stdout",
+            "cell 37 out",
+            "cell 42 out",
+            "cell 43 out",
+            "cell 44 out",
+            "cell 45 out",
+            "cell 46 out",
+            "cell 48 out",
+            "cell 50 out",
+            "cell 128 out",
+            "cell 129 out",
+            "cell 130 out",
+            "cell 131 out",
+        ],
+        "random.rand(...) without a seed, and what is printed or saved of it: " + _UNSEEDED,
+    ),
     "ipython-cookbook/07_test": dict.fromkeys(
         ["cell 4 stdout", "cell 6 stdout", "cell 8 stdout"],
         "`!pytest first.py` prints its rootdir, the run's own temporary folder: two plain runs differ too",
