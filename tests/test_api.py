@@ -6,7 +6,7 @@ import os
 import time
 
 import pytest
-from support import wait_until
+from support import held_call, wait_until
 
 import nbburst
 from nbburst.client.burst import Burst
@@ -137,18 +137,9 @@ def test_agent_refuses_a_tampered_job(burst_env, monkeypatch, target):
         job.result(timeout=60)
 
 
-def held_square(x, started):
-    """``x * x``, once relaunched: its first run says it started, then runs until its machine goes."""
-    if not os.path.exists(started):
-        open(started, "w").close()
-        while True:
-            time.sleep(0.1)
-    return x * x
-
-
 def test_a_vanished_machine_is_preempted_and_relaunched(burst_env, tmp_path):
     started = tmp_path / "started"
-    job = nbburst.submit(held_square, 6, str(started))
+    job = nbburst.submit(held_call, str(started), 36)
     wait_until(started.exists, what="the job to run")  # still running when preempted, however busy the machine
     job.preempt(grace_s=0.5)
     assert job.result(timeout=90) == 36

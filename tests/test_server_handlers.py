@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 from pytest_jupyter.jupyter_server import *  # noqa: F403  (jp_fetch, jp_serverapp and what they need)
-from support import wait_until
+from support import held_call, wait_until
 from traitlets.config import Config
 
 import nbburst
@@ -320,12 +320,13 @@ def test_api_stays_responsive_while_cancelling(api, store_env, jp_fetch, jp_asyn
     assert json.loads(cancelled.body)["state"] == "CANCELLED"
 
 
-def test_hosted_supervisor_resumes_a_preempted_detached_job(api, store_env, jp_serverapp):
+def test_hosted_supervisor_resumes_a_preempted_detached_job(api, store_env, jp_serverapp, tmp_path):
     extension = jp_serverapp.web_app.settings["nbburst"]
     assert extension.supervision is not None and extension.supervision.running
     burst = Burst()
-    job = submit_sleeper(burst, seconds=2.5, name="survivor")
-    wait_until(lambda: api.get("jobs", job.id)["state"] == "RUNNING")
+    started = tmp_path / "started"
+    job = burst.submit(held_call, str(started), options=burst.options(name="survivor"))
+    wait_until(started.exists, what="the job to run")  # still running when preempted, however busy the machine
 
     job.preempt(grace_s=5)  # nobody in this process waits for the job: only the server can resume it
     wait_until(lambda: api.get("jobs", job.id)["state"] == "SUCCEEDED")
