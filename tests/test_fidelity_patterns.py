@@ -301,3 +301,25 @@ def test_inputs_that_share_memory_share_it_on_the_machine():
     assert np.shares_memory(ns["a_sub"], ns["a"]) and np.shares_memory(ns["first"], ns["holder"]["arr"])
     assert np.shares_memory(ns["vals"], ns["frame"].to_numpy()) and np.shares_memory(ns["s"].to_numpy(), ns["f"])
     assert not ns["vals"].flags.writeable and ns["a_sub"].flags.writeable  # as they were
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02)
+def test_the_notebooks_own_modules_reach_a_compute_engine_vm(gce_env, compute_emulator, tmp_path, monkeypatch):
+    """The VM runs in a folder of its own, with no path to the notebook's: the module comes with the cell."""
+    from nbburst.client.burst import Burst
+    from nbburst.client.capture import capture
+    from nbburst.protocol.job import State
+
+    notebook = tmp_path / "notebook"
+    notebook.mkdir()
+    (notebook / "my_helpers.py").write_text("def twice(x):\n    return 2 * x\n")
+    monkeypatch.chdir(notebook)
+    monkeypatch.syspath_prepend(str(notebook))
+    code = "import my_helpers\nvalue = my_helpers.twice(21)\nwhere = my_helpers.__file__"
+    ns: dict = {"__name__": "__main__"}
+    burst = Burst()
+    job = burst.submit_cell(code, capture(code, ns), burst.options(backend="gce", cores=2))
+    assert job.wait(timeout=120) == State.SUCCEEDED, job.logs()
+    values = job.outcome(ns).values
+    assert values["value"] == 42 and not values["where"].startswith(str(notebook))
+    assert "/.nbburst/sources/" in values["where"]  # from the cell's blob (the first place on the VM's sys.path)
