@@ -5,6 +5,10 @@ Talks to Compute Engine through :class:`~nbburst.machines.gce.api.ComputeAPI`
 set (an emulator, see :mod:`nbburst.testing`) it reaches that endpoint with
 anonymous credentials; otherwise Application Default Credentials and the real API.
 
+The settings and checks it shares with ``nbburst doctor``, ``nbburst image build``, ``nbburst setup`` and the
+Store's watcher VM (project, zones, image, bucket, the VMs' account and network) are its ``context``, a
+:class:`~nbburst.machines.gce.context.GCEContext`.
+
 What a launch does, in order (everything that can be refused is refused in
 :meth:`GCEMachines.plan`, before anything is written or paid for):
 
