@@ -359,7 +359,7 @@ def test_checkpoint_swaps_rollbacks_and_old_files_are_refused(tmp_path):
 LOOP = """
 import nbburst, time
 acc = nbburst.checkpoint.load("acc", default=1)
-for i in nbburst.checkpoint.range(10):
+for i in nbburst.checkpoint.range(30):  # steps enough to be still running when the preemption lands
     acc = (acc * 31 + i) % 1_000_003
     nbburst.checkpoint.save("acc", acc)
     nbburst.checkpoint.save("decoy", -i)
@@ -371,7 +371,7 @@ result = acc
 
 def _expected() -> int:
     acc = 1
-    for i in range(10):
+    for i in range(30):
         acc = (acc * 31 + i) % 1_000_003
     return acc
 
@@ -485,7 +485,7 @@ def test_a_bucket_writers_plants_do_not_stop_the_job(burst_env, tmp_path):
     planted; then its machine is preempted. The supervisor relaunches it past them and the job ends with the
     real result, each plant reported as refused."""
     side = tmp_path / "side.txt"
-    job = submit(Burst(), side_loop(side, 12, 0.2))
+    job = submit(Burst(), side_loop(side, 30, 0.2))  # still running when preempted, however busy
     wait_until(lambda: running_step(job, 3), what="step 3")
     store, layout = job.store, job.layout
     for key in (layout.result, layout.error):
@@ -496,7 +496,7 @@ def test_a_bucket_writers_plants_do_not_stop_the_job(burst_env, tmp_path):
     job.preempt(2)
     assert job.wait(timeout=120) == State.SUCCEEDED, job.terminal()
     assert job.terminal().attempt == 2
-    assert job.outcome().values["result"] == expected_loop(12)
+    assert job.outcome().values["result"] == expected_loop(30)
     assert attempts_never_overlap(side)
     gone(job)
 

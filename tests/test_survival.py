@@ -37,7 +37,7 @@ from nbburst.protocol.outcome import commit_terminal
 
 def test_preempted_twice_resumes_from_checkpoints(burst_env):
     burst = Burst()
-    job = submit(burst, loop_code(10, 0.2))
+    job = submit(burst, loop_code(30, 0.2))  # steps enough to be still running when each preemption lands
     records: list[dict] = []
     waiter = threading.Thread(target=lambda: job.wait(on_record=records.append, timeout=90))
     waiter.start()
@@ -47,14 +47,14 @@ def test_preempted_twice_resumes_from_checkpoints(burst_env):
     job.preempt(3)
     waiter.join(100)
     assert job.state == State.SUCCEEDED, job.terminal()
-    assert job.outcome().values["result"] == expected_loop(10)
+    assert job.outcome().values["result"] == expected_loop(30)
     rows = job.attempts()
     assert [r["state"] for r in rows] == ["PREEMPTED", "PREEMPTED", "SUCCEEDED"]
     assert all(r["end"] >= r["start"] for r in rows)
     # the loop resumed where it was: attempt 2 starts at most one step before attempt 1 stopped
     one, two, three = (printed(job, a) for a in (1, 2, 3))
     assert one[0] == "step 0" and int(two[0].split()[1]) >= int(one[-1].split()[1])
-    assert int(three[0].split()[1]) >= int(two[-1].split()[1]) and three[-1] == "step 9"
+    assert int(three[0].split()[1]) >= int(two[-1].split()[1]) and three[-1] == "step 29"
     # every attempt's lines came to the waiting cell exactly once, in order, after its marker
     text = "".join(r.get("x", "") for r in records if r["s"] in ("stdout", "event"))
     assert text.count("--- attempt 2 ---") == 1 and text.count("--- attempt 3 ---") == 1
@@ -410,7 +410,7 @@ def test_a_killed_agent_is_a_preemption_and_leaves_no_process_behind(burst_env, 
     PREEMPTED (never FAILED: no broken pipe is signed as the cell's error) and the next one finishes the job."""
     side = tmp_path / "side.txt"
     burst = Burst()
-    job = submit(burst, side_loop(side, 12, 0.2))
+    job = submit(burst, side_loop(side, 30, 0.2))  # still running when its agent is killed, however busy
     wait_until(lambda: running_step(job, 2), what="step 2 of attempt 1")
     agent = agent_of(job, 1)
     runner = next(p for p in agent.children() if "nbburst.agent" in " ".join(p.cmdline()))
@@ -421,7 +421,7 @@ def test_a_killed_agent_is_a_preemption_and_leaves_no_process_behind(burst_env, 
     assert not runner.is_running() or runner.status() == psutil.STATUS_ZOMBIE
     assert job.wait(timeout=90) == State.SUCCEEDED, job.terminal()
     assert [r["state"] for r in job.attempts()] == ["PREEMPTED", "SUCCEEDED"]
-    assert job.outcome().values["result"] == expected_loop(12)
+    assert job.outcome().values["result"] == expected_loop(30)
     assert not job.store.exists(job.layout.error)
     gone(job)
     assert processes.marked(job.id) == []  # the escaped processes of both attempts are gone too
@@ -435,7 +435,7 @@ def test_a_frozen_attempt_stands_aside_when_the_next_one_has_been_claimed(burst_
     monkeypatch.setenv("NBBURST_BACKGROUND_SUPERVISOR", "false")
     side = tmp_path / "side.txt"
     burst = Burst()
-    job = submit(burst, side_loop(side, 16, 0.2))
+    job = submit(burst, side_loop(side, 30, 0.2))  # still running when frozen, however busy
     wait_until(lambda: running_step(job, 2), what="step 2 of attempt 1")
     agent = agent_of(job, 1)
     runner = next(p for p in agent.children() if "nbburst.agent" in " ".join(p.cmdline()))
@@ -455,7 +455,7 @@ def test_a_frozen_attempt_stands_aside_when_the_next_one_has_been_claimed(burst_
     job.start_machine(claim, job.spec)
     assert job.wait(timeout=90) == State.SUCCEEDED
     assert job.terminal().attempt == 2
-    assert job.outcome().values["result"] == expected_loop(16)
+    assert job.outcome().values["result"] == expected_loop(30)
     assert attempts_never_overlap(side)
     gone(job)
 

@@ -40,7 +40,7 @@ def submit(burst: Burst, code: str, namespace: dict | None = None, **options) ->
     return burst.submit_cell(code, capture(code, namespace or {}, None, set()), burst.options(**options))
 
 
-def gone(job: Job, timeout: float = 10.0) -> None:
+def gone(job: Job, timeout: float = 60.0) -> None:
     """The job's machine has gone (an agent exits a moment after it commits the verdict)."""
     machines_gone(job.machines, job.id, timeout)
 
