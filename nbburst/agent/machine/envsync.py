@@ -7,8 +7,9 @@ installs those that are missing or at another version, without their
 dependencies, into the environment it runs in (on Compute Engine the venv on the
 boot disk; with pip when that environment has it, an image prepared with the
 packages, else with uv: the environment's own, or the one the bootstrap put on
-the PATH, see :mod:`nbburst.protocol.uvprogram`), logs what it installs to the job log, and then starts itself again so that nothing keeps
-running with the old versions already imported. On a stock image the bootstrap
+the PATH, see :mod:`nbburst.protocol.uvprogram`), logs what it installs to the job
+log, and then starts itself again so that nothing keeps running with the old
+versions already imported. On a stock image the bootstrap
 has installed them already, and there is nothing to do.
 
 When the bootstrap built the environment (it leaves ``BASE/env-pending.json``
