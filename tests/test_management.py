@@ -126,12 +126,12 @@ def test_cancel_from_the_view_and_config_magic(burst_env):
         [
             "%load_ext nbburst",
             "%%burst --detach --name doomed\nimport time\nprint('started', flush=True)\ntime.sleep(120)",
-            "import time\nfrom nbburst.ui.view import _VIEWS\n"
+            "import time\nfrom nbburst.ui.view import live_view\n"
             "job = _\n"
             "deadline = time.time() + 20\n"
             "while job.state.value != 'RUNNING' and time.time() < deadline:\n"
             "    time.sleep(0.1)\n"
-            "_VIEWS[job.id].cancel()  # what the Cancel button does\n"
+            "live_view(job.id).cancel()  # what the Cancel button does\n"
             "while not job.state.terminal and time.time() < deadline:\n"
             "    time.sleep(0.1)\n"
             "print(job.state.value)",

@@ -18,7 +18,7 @@ from nbburst.errors import UnsupportedOption, UsageError
 from nbburst.machines.base import RUNNING, machine_name, worker_name
 from nbburst.protocol import cluster, processes
 from nbburst.protocol.job import State, worker_id
-from nbburst.ui.view import workers_html
+from nbburst.ui.viewmodel import workers_html
 
 pytest.importorskip("distributed")
 
