@@ -334,7 +334,7 @@ def test_a_session_is_not_idle_while_a_client_waits_to_hand_it_a_cell(tmp_path):
     import socket
     import time
 
-    from nbburst.agent.session.parent.parent import CONNECTED, WarmParent, _listen
+    from nbburst.agent.session.parent import CONNECTED, WarmParent, _listen
 
     cells, control = _listen(str(tmp_path / "cells")), _listen(str(tmp_path / "control"))
     parent = WarmParent(cells, control, "token", idle_s=1.0, until=time.time() + 60)
