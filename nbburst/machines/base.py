@@ -11,7 +11,8 @@ wording of a cloud's message: :class:`~nbburst.errors.UsageError` (and its
 had, :class:`NoCapacity` from ``launch``/``restart`` when there is no machine
 to be had right now, :class:`~nbburst.errors.BurstError` for any other failure.
 Each adapter translates its cloud's errors into these in one place, and passes
-the contract suite (tests/test_machines_contract.py).
+the contract suite (:class:`nbburst.testing.contracts.machines.MachinesContract`, which an adapter's tests
+subclass: tests/test_machines_contract.py for nbburst's own).
 """
 
 from __future__ import annotations
