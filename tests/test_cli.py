@@ -13,6 +13,7 @@ import time
 
 import cloudpickle
 import pytest
+from support import held_call, wait_until
 
 from nbburst.ui.cli import EXIT_CONFIG, EXIT_FAILED, EXIT_NOT_DONE, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
 
@@ -160,10 +161,7 @@ def test_gc_deletes_orphan_machines_and_old_job_folders(burst):
     assert done.result(60) == 9
     alive = burst.submit(_sleep, 120, options=burst.options(name="alive"))
     orphan = _orphan_machine(burst)
-    deadline = time.monotonic() + 20
-    while alive.state.value != "RUNNING":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: alive.state.value == "RUNNING", what="the job to run")
     try:
         dry = nbburst("gc", "--dry-run", "--older-than", "0.1s")
         assert dry.returncode == EXIT_OK, dry.stderr
@@ -198,13 +196,11 @@ def test_doctor_checks_store_state_and_backend(burst_env, tmp_path):
     assert "✖ store:" in broken.stdout and "fix:" in broken.stdout
 
 
-def test_preempt_then_supervise_relaunches(burst):
+def test_preempt_then_supervise_relaunches(burst, tmp_path):
     burst.settings.background_supervisor = False  # this test is about `nbburst supervise` relaunching it
-    job = burst.submit(_sleep, 2, options=burst.options(name="survivor"))
-    deadline = time.monotonic() + 20
-    while job.state.value != "RUNNING":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    started = tmp_path / "started"
+    job = burst.submit(held_call, str(started), 2, options=burst.options(name="survivor"))
+    wait_until(started.exists, what="the job to run")  # still running when preempted, however busy the machine
     preempted = nbburst("preempt", "survivor", "--grace", "6")  # the agent needs ~3 s to stop (see report)
     assert preempted.returncode == EXIT_OK, preempted.stderr
     assert job.state.value == "PREEMPTED"
