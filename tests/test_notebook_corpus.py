@@ -1,8 +1,8 @@
 """Real third-party notebooks give the same results under ``%%burst`` on every cell as plainly.
 
-Each notebook of ``tests/thirdparty/`` (statsmodels, pydata-book, pandas-tutorial and IPython Cookbook
-``.ipynb`` files as their authors wrote them, with the data files and modules they read beside them;
-networkx and imbalanced-learn sphinx-gallery scripts split at their ``# %%`` markers) runs in a
+Each notebook of ``tests/thirdparty/`` (statsmodels, pydata-book, pandas-tutorial, IPython Cookbook and
+matplotlib-course ``.ipynb`` files as their authors wrote them, with the data files and modules they read
+beside them; networkx and imbalanced-learn sphinx-gallery scripts split at their ``# %%`` markers) runs in a
 fresh kernel twice through nbclient: plainly, and with ``%%burst`` before every code cell on the
 local backend (tests/support/fidelity.py). The two runs must agree cell by cell on stdout, ``Out``, the
 display MIME types and whether (and what) the cell raised, and at the end on the namespace
@@ -163,6 +163,8 @@ SUBSET = [
     "ipython-cookbook/01_notebook",
     "ipython-cookbook/04_magic",
     "ipython-cookbook/07_test",
+    "matplotlib-course/01-introduction",
+    "matplotlib-course/03-scale-projection",
 ]
 
 #: Notebooks of a project no default run and no ``--corpus=all`` run touches (``--corpus=held-out`` runs
