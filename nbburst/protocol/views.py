@@ -80,10 +80,13 @@ class Regions:
         a contiguous one: a total order, so never a cycle), or None."""
         if not self._by_root or not plain_array(view) or view.size == 0:
             return None
+        candidates = self._by_root.get(_root(view))
+        if not candidates:  # most arrays: memory of their own
+            return None
         low, high = _bounds(view)
         own = self._ranks.get(id(view))
         best, best_rank = None, None
-        for rank, array in self._by_root.get(_root(view), ()):
+        for rank, array in candidates:
             if array is view or (own is not None and rank <= own):
                 continue
             a_low, a_high = _bounds(array)
