@@ -66,6 +66,12 @@ class NBBurst(Configurable):
     gpu_image_project = Unicode("deeplearning-platform-release", help="Project of gpu_image_family.").tag(config=True)
     network = Unicode("", help="VPC network for VMs (default: default).").tag(config=True)
     subnetwork = Unicode("", help="Subnetwork for VMs.").tag(config=True)
+    external_ip = Bool(
+        True,
+        help="gce: give VMs an external IP address. Off (where an organisation policy forbids them, or to save "
+        "IN_USE_ADDRESSES quota) they reach Google's APIs through Private Google Access on their subnetwork and "
+        "packages through Cloud NAT or an index mirror.",
+    ).tag(config=True)
     disk_gb = Int(50, help="Boot disk size of VMs in GB.").tag(config=True)
     compute_endpoint = Unicode("", help="Compute Engine API endpoint (an emulator in tests).").tag(config=True)
     secretmanager_endpoint = Unicode("", help="Secret Manager API endpoint (an emulator in tests).").tag(config=True)

@@ -316,7 +316,7 @@ def test_lease_one_supervisor_per_job(burst_env, monkeypatch):
 
 
 def test_attempts_table_and_fallback_option_parse():
-    from nbburst.machines.gce.machines import no_capacity
+    from nbburst.machines.gce.api import no_capacity
     from nbburst.options import Options
 
     opts = Options.build(fallback_on_demand=True)

@@ -14,6 +14,10 @@ same way. So all of that lives here, once, behind public names; none of them bui
   GlobalOperationsClient: ``Operation.result()`` polls through an internal client built without our
   endpoint, which would reach the real API from under an emulator.
 * Inserts carry a ``request_id``, so a retried insert never makes two VMs or images.
+* Compute Engine's refusals are read here, once: a zone out of capacity (in an operation or answered on the
+  insert itself, 503 ZONE_RESOURCE_POOL_EXHAUSTED...) is the port's NoCapacity (:func:`no_capacity`), never a
+  transient fault to retry; an organisation policy's 412 conditionNotMet is a UsageError that names the
+  constraint and the fix (:func:`policy_refusal`).
 
 The google-cloud-compute modules are imported on first use: importing them costs about a second.
 """
@@ -31,6 +35,7 @@ from typing import Any
 from ...errors import BurstError, UsageError
 from ...protocol import pricing
 from ...protocol.durations import format_duration
+from ..base import NoCapacity
 from . import quota as gce_quota
 from . import types as gce_types
 
@@ -110,20 +115,93 @@ def boot_disk(zone: str, image: str, size_gb: int) -> Any:
     )
 
 
-def network_interface(zone: str, network: str = "", subnetwork: str = "") -> Any:
-    """An interface on ``network`` (a name or a path; ``default`` when empty), in ``subnetwork`` when given,
-    with an external address (the VM reaches Cloud Storage and the package index)."""
+def network_interface(zone: str, network: str = "", subnetwork: str = "", external_ip: bool = True) -> Any:
+    """An interface on ``network`` (a name or a path; ``default`` when empty), in ``subnetwork`` when given;
+    with ``external_ip`` an external address (the VM reaches Cloud Storage and the package index directly),
+    without one no access config at all: the subnetwork's Private Google Access and Cloud NAT are its way out
+    (https://cloud.google.com/vpc/docs/private-google-access)."""
     from google.cloud import compute_v1
 
     network = network or "default"
-    nic = compute_v1.NetworkInterface(
-        network=network if "/" in network else f"global/networks/{network}",
-        access_configs=[compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT", network_tier="PREMIUM")],
-    )
+    nic = compute_v1.NetworkInterface(network=network if "/" in network else f"global/networks/{network}")
+    if external_ip:
+        nic.access_configs = [
+            compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT", network_tier="PREMIUM")
+        ]
     if subnetwork:
         region = pricing.region_of(zone)
         nic.subnetwork = subnetwork if "/" in subnetwork else f"regions/{region}/subnetworks/{subnetwork}"
     return nic
+
+
+# -- Compute Engine's refusals ---------------------------------------------------------------------------------
+
+#: What Compute Engine says when a zone has no machine for a request now, in an operation's error codes or in
+#: the 503 that answers the insert itself (https://cloud.google.com/compute/docs/resource-error).
+CAPACITY_CODES = (
+    "ZONE_RESOURCE_POOL_EXHAUSTED",
+    "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+    "STOCKOUT",
+    "RESOURCE_POOL_EXHAUSTED",
+)
+_CAPACITY_TEXT = ("does not have enough resources", "resource pool exhausted", "no capacity", "insufficient capacity")
+
+
+def is_capacity(codes: list[str], message: str) -> bool:
+    """Whether ``codes`` or ``message`` say the zone is out of capacity (not a quota, not a fault)."""
+    text = message.lower()
+    return any(c in CAPACITY_CODES for c in codes) or any(t.lower() in text for t in CAPACITY_CODES + _CAPACITY_TEXT)
+
+
+def no_capacity(what: str, zone: str, codes: list[str], message: str) -> NoCapacity | None:
+    """Compute Engine's errors that say ``zone`` has no machine for us now, as the port's NoCapacity (the
+    supervisor retries on it, ``--zone auto`` moves on); None for any other error."""
+    if is_capacity(codes, message):
+        return NoCapacity(f"{what}: zone {zone} has no capacity right now ({message or codes[0]})", zone)
+    return None
+
+
+def _error_reasons(exc: Any) -> list[str]:
+    """The ``reason`` of each error in a google-api-core exception's JSON body."""
+    return [str(e.get("reason", "")) for e in getattr(exc, "errors", None) or [] if isinstance(e, dict)]
+
+
+#: What to do about each organisation policy constraint that can refuse a VM
+#: (https://cloud.google.com/resource-manager/docs/organization-policy/org-policy-constraints).
+POLICY_FIXES = {
+    "compute.vmExternalIpAccess": (
+        "VMs of this project may not have an external IP address. Turn it off with `%burst config "
+        "external_ip=false` (c.NBBurst.external_ip = False, or NBBURST_EXTERNAL_IP=false): the VMs then reach "
+        "Google's APIs through Private Google Access on their subnetwork and packages through Cloud NAT or an "
+        "index mirror (`nbburst doctor` checks the subnetwork)"
+    ),
+    "compute.requireShieldedVm": (
+        "VMs must boot a Shielded VM image: use one of Google's public images or an image made from one "
+        "(--image / --image-family, c.NBBurst.image_family)"
+    ),
+    "compute.trustedImageProjects": (
+        "the image's project is not among the trusted image projects: boot an image from an allowed project "
+        "(--image-family with c.NBBurst.image_project), or ask the organisation's admin to add the project to "
+        "the constraint"
+    ),
+    "gcp.resourceLocations": (
+        "the policy does not allow VMs in this zone: choose a zone it allows (`%burst config zone=...`, "
+        "c.NBBurst.zone or --zone)"
+    ),
+}
+
+
+def policy_refusal(what: str, message: str) -> UsageError | None:
+    """An organisation policy's refusal (412 conditionNotMet naming ``constraints/...``) as a UsageError that
+    names the constraint and the fix; None when ``message`` names no constraint."""
+    m = re.search(r"constraints/([A-Za-z0-9_.]+[A-Za-z0-9])", message)
+    if not m:
+        return None
+    constraint = m.group(1)
+    fix = POLICY_FIXES.get(constraint, "ask the organisation's admin which values the constraint allows")
+    return UsageError(
+        f"{what}: refused by the organisation policy constraints/{constraint}: {fix}. (Compute Engine: {message})"
+    )
 
 
 # -- the clients ---------------------------------------------------------------------------------------------
@@ -221,6 +299,8 @@ class ComputeAPI:
                 requests.Timeout,
                 auth_exc.TransportError,
             ) as exc:
+                if isinstance(exc, gexc.ServiceUnavailable) and is_capacity(_error_reasons(exc), exc.message):
+                    raise  # out of capacity: no retry makes a machine appear, the caller moves on
                 if attempt == self.attempts - 1:
                     raise BurstError(f"{what}: Compute Engine did not answer ({exc}); try again") from None
             except (auth_exc.DefaultCredentialsError, auth_exc.RefreshError) as exc:
@@ -398,22 +478,47 @@ class ComputeAPI:
         ]
 
     def insert_instance(self, zone: str, resource: Any, what: str) -> Any:
-        """Start creating the instance ``resource`` in ``zone``; the operation (see :meth:`wait`)."""
+        """Start creating the instance ``resource`` in ``zone``; the operation (see :meth:`wait`). A zone out of
+        capacity is NoCapacity and an organisation policy's refusal a UsageError, whether the insert's answer or
+        its operation says so (:meth:`check_insert` for the latter)."""
+        from google.api_core import exceptions as gexc
         from google.cloud import compute_v1
 
         request = compute_v1.InsertInstanceRequest(
             project=self.project, zone=zone, instance_resource=resource, request_id=str(uuid.uuid4())
         )
-        return self.call(what, self.instances.insert, request=request, timeout=60)
+        try:
+            return self.call(what, self.instances.insert, request=request, timeout=60)
+        except gexc.ServiceUnavailable as exc:  # only a capacity 503 gets here: call() retries the others
+            raise no_capacity(what, zone, _error_reasons(exc), exc.message) or exc from None
+        except gexc.PreconditionFailed as exc:
+            refused = policy_refusal(what, exc.message)
+            if refused is None:
+                raise
+            raise refused from None
+
+    @staticmethod
+    def check_insert(what: str, zone: str, codes: list[str], message: str) -> None:
+        """NoCapacity or an organisation policy's UsageError for the error codes of a finished insert (or start)
+        operation; nothing for any other."""
+        refused = no_capacity(what, zone, codes, message) or (
+            policy_refusal(what, message) if "CONDITION_NOT_MET" in codes else None
+        )
+        if refused is not None:
+            raise refused
 
     def start_instance(self, zone: str, name: str, what: str) -> Any:
         """Start the stopped instance ``name``; the operation."""
+        from google.api_core import exceptions as gexc
         from google.cloud import compute_v1
 
         request = compute_v1.StartInstanceRequest(
             project=self.project, zone=zone, instance=name, request_id=str(uuid.uuid4())
         )
-        return self.call(what, self.instances.start, request=request, timeout=60)
+        try:
+            return self.call(what, self.instances.start, request=request, timeout=60)
+        except gexc.ServiceUnavailable as exc:  # only a capacity 503 gets here: call() retries the others
+            raise no_capacity(what, zone, _error_reasons(exc), exc.message) or exc from None
 
     def set_metadata(self, zone: str, name: str, metadata: Any, what: str) -> Any:
         """Replace the instance's metadata (its ``fingerprint`` must be the current one, else

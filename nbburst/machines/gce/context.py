@@ -255,5 +255,7 @@ class GCEContext:
         return [compute_v1.ServiceAccount(email=self.service_account(), scopes=self.scopes())]
 
     def network_interface(self, zone: str) -> Any:
-        """The network interface of a VM in ``zone`` (c.NBBurst.network and subnetwork)."""
-        return gce_api.network_interface(zone, self.settings.network, self.settings.subnetwork)
+        """The network interface of a VM in ``zone`` (c.NBBurst.network, subnetwork and external_ip)."""
+        return gce_api.network_interface(
+            zone, self.settings.network, self.settings.subnetwork, self.settings.external_ip
+        )

@@ -86,23 +86,9 @@ _STATES = {
     "STOPPED": STOPPED,
     "SUSPENDED": STOPPED,
 }
-_CAPACITY_CODES = (
-    "ZONE_RESOURCE_POOL_EXHAUSTED",
-    "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
-    "STOCKOUT",
-    "RESOURCE_POOL_EXHAUSTED",
-)
-_CAPACITY_TEXT = ("does not have enough resources", "resource pool exhausted", "no capacity", "insufficient capacity")
+#: How a VM's console says it waits for access granted at launch to propagate (vm/vmlib.py's IAM_WAIT).
+IAM_WAIT = "waiting for IAM"
 _PREEMPTION_OPS = ("compute.instances.preempted", "compute.instances.terminateOnHostMaintenance")
-
-
-def no_capacity(what: str, zone: str, codes: list[str], message: str) -> NoCapacity | None:
-    """Compute Engine's errors of an operation that say ``zone`` has no machine for us now, as the port's
-    NoCapacity (the supervisor retries on it); None for any other error. The one place that reads them."""
-    text = message.lower()
-    if any(c in _CAPACITY_CODES for c in codes) or any(t.lower() in text for t in _CAPACITY_CODES + _CAPACITY_TEXT):
-        return NoCapacity(f"{what}: zone {zone} has no capacity right now ({message or codes[0]})", zone)
-    return None
 
 
 class _NotOffered(Exception):
@@ -332,9 +318,7 @@ class GCEMachines(Machines):
                 )
             raise
         codes, message = gce_api.operation_errors(done)
-        refused = no_capacity(what, zone, codes, message)
-        if refused is not None:
-            raise refused
+        self.api.check_insert(what, zone, codes, message)
         if any("QUOTA" in c for c in codes):
             raise BurstError(f"{what}: {message} — request more quota: {self.api.quota_link('CPUS')}")
         if codes:
@@ -596,9 +580,7 @@ class GCEMachines(Machines):
         what = f"starting VM {name} in {zone}"
         op = self.api.start_instance(zone, name, what)
         codes, message = gce_api.operation_errors(self.api.wait(op, what, zone=zone))
-        refused = no_capacity(what, zone, codes, message)
-        if refused is not None:
-            raise refused
+        self.api.check_insert(what, zone, codes, message)
         if codes:
             raise BurstError(f"{what}: {message or ', '.join(codes)}")
         return name
@@ -683,6 +665,9 @@ class GCEMachines(Machines):
         last_boot = console[console.rfind("nbburst-startup: begin") :] if "nbburst-startup: begin" in console else ""
         if not last_boot:
             return None  # our script never ran (or the console is gone): nothing to blame it on
+        said = re.findall(r"nbburst-startup: (.*)", last_boot)
+        if said and said[-1].startswith(IAM_WAIT):
+            return None  # stopped while it waited for its access to propagate (vm/vmlib.py's IamWait): not its fault
         exited = re.findall(r"nbburst-startup: agent exited with status (\d+)", last_boot)
         if "nbburst-startup: agent starting" in last_boot and not (exited and exited[-1] in ("2", "3")):
             return None

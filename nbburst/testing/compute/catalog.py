@@ -288,6 +288,9 @@ DEFAULT_REGION_QUOTAS: dict[str, float] = {
     "INSTANCES": 1000,
     "DISKS_TOTAL_GB": 102400,
     "SSD_TOTAL_GB": 81920,
+    # Every external IP address a running VM holds counts against IN_USE_ADDRESSES (8 a region in a new
+    # project): https://cloud.google.com/compute/resource-usage#external_ip_addresses
+    "IN_USE_ADDRESSES": 8,
     "NVIDIA_T4_GPUS": 1,
     "PREEMPTIBLE_NVIDIA_T4_GPUS": 1,
     "NVIDIA_L4_GPUS": 1,
@@ -298,10 +301,14 @@ DEFAULT_REGION_QUOTAS: dict[str, float] = {
 DEFAULT_PROJECT_QUOTAS: dict[str, float] = {"CPUS_ALL_REGIONS": 32, "GPUS_ALL_REGIONS": 0}
 
 
-def quota_demand(m: MachineType, accelerators: dict[str, int], spot: bool, disks: dict[str, int]) -> dict:
+def quota_demand(
+    m: MachineType, accelerators: dict[str, int], spot: bool, disks: dict[str, int], external_ips: int = 0
+) -> dict:
     """Quota metrics (before the PREEMPTIBLE_ fallback) that one running instance uses."""
     prefix = "PREEMPTIBLE_" if spot else ""
     d: dict[str, float] = {"INSTANCES": 1, prefix + "CPUS": m.cpus, "CPUS_ALL_REGIONS": m.cpus}
+    if external_ips:
+        d["IN_USE_ADDRESSES"] = external_ips
     if m.family in FAMILY_CPU_QUOTA:
         d[FAMILY_CPU_QUOTA[m.family]] = m.cpus
     gpus = dict(accelerators)
@@ -314,6 +321,68 @@ def quota_demand(m: MachineType, accelerators: dict[str, int], spot: bool, disks
     for metric, gb in disks.items():
         d[metric] = d.get(metric, 0) + gb
     return d
+
+
+# ---- networks -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Network:
+    """A VPC network. An auto-mode one (the project's ``default``) has a subnetwork of its own name in every
+    region; a custom-mode one only those it was given, so an instance on it must name one
+    (https://cloud.google.com/vpc/docs/vpc#subnet-ranges). ``subnetworks``: region -> {name: whether Private
+    Google Access is on (https://cloud.google.com/vpc/docs/private-google-access): a VM without an external
+    IP reaches Google's APIs only through it}."""
+
+    project: str
+    name: str
+    auto: bool = True
+    subnetworks: dict[str, dict[str, bool]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.auto:
+            for region in REGION_ZONES:
+                self.subnetworks.setdefault(region, {}).setdefault(self.name, False)
+
+    def json(self) -> dict:
+        return {
+            "kind": "compute#network",
+            "id": str(stable_id("network", self.project, self.name)),
+            "name": self.name,
+            "selfLink": link(self.project, "global", "networks", self.name),
+            "autoCreateSubnetworks": self.auto,
+            "subnetworks": [
+                link(self.project, "regions", region, "subnetworks", name)
+                for region, names in self.subnetworks.items()
+                for name in names
+            ],
+            "routingConfig": {"routingMode": "REGIONAL"},
+        }
+
+    def subnetwork_json(self, region: str, name: str) -> dict:
+        return {
+            "kind": "compute#subnetwork",
+            "id": str(stable_id("subnetwork", self.project, region, name)),
+            "name": name,
+            "network": link(self.project, "global", "networks", self.name),
+            "region": link(self.project, "regions", region),
+            "ipCidrRange": "10.128.0.0/20",
+            "gatewayAddress": "10.128.0.1",
+            "privateIpGoogleAccess": self.subnetworks[region][name],
+            "selfLink": link(self.project, "regions", region, "subnetworks", name),
+        }
+
+
+# ---- organisation policies ------------------------------------------------------------------------
+
+#: The organisation policy constraints an insert can violate, as the emulator enforces them
+#: (https://cloud.google.com/resource-manager/docs/organization-policy/org-policy-constraints).
+ORG_CONSTRAINTS = (
+    "compute.vmExternalIpAccess",
+    "compute.requireShieldedVm",
+    "compute.trustedImageProjects",
+    "gcp.resourceLocations",
+)
 
 
 # ---- images -------------------------------------------------------------------------------------
@@ -345,6 +414,10 @@ class Image:
     #: have GPUs): Deep Learning VM images do, stock OS images do not. Not part of the API's image resource.
     nvidia_driver: bool = False
     python: str | None = None  # not part of the API's image resource either
+    #: Whether it supports Shielded VM (UEFI, Secure Boot): Google's public images do, an imported one may not
+    #: (https://cloud.google.com/compute/shielded-vm/docs/images).
+    shielded: bool = True
+    architecture: str = "X86_64"
 
     def json(self) -> dict:
         out = {
@@ -359,7 +432,7 @@ class Image:
             "diskSizeGb": str(self.disk_size_gb),
             "selfLink": link(self.project, "global", "images", self.name),
             "labels": dict(self.labels),
-            "architecture": "X86_64",
+            "architecture": self.architecture,
             "storageLocations": ["us"],
         }
         if self.family:
@@ -369,6 +442,9 @@ class Image:
             out["sourceDiskId"] = self.source_disk_id or ""
         if self.deprecated:
             out["deprecated"] = {"state": "DEPRECATED"}
+        if self.shielded:
+            out["shieldedInstanceInitialState"] = {}
+            out["guestOsFeatures"] = [{"type": "UEFI_COMPATIBLE"}, {"type": "VIRTIO_SCSI_MULTIQUEUE"}]
         return out
 
 

@@ -22,6 +22,14 @@ beyond them fail with 403 quotaExceeded, and regions.get / projects.get report l
 with GPUs whose image has an NVIDIA driver (the Deep Learning VM image of the catalog) finds ``nvidia-smi``
 on its PATH, listing its GPUs; any other instance finds none.
 
+Refusals as Google gives them: a zone out of capacity fails the insert's operation, or with
+``set_zone_capacity(zone, False, on_insert=True)`` the insert itself (503 ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS,
+https://cloud.google.com/compute/docs/resource-error); organisation policies (``org_policies=`` or
+:meth:`set_org_policy`: vmExternalIpAccess, requireShieldedVm, trustedImageProjects, resourceLocations) answer
+412 conditionNotMet; every external IP counts against IN_USE_ADDRESSES; each project has the auto-mode network
+``default``, and :meth:`add_network` adds others (an unknown network is 404, a custom-mode one without a
+subnetwork 400).
+
 ``images.insert`` from a stopped instance's boot disk copies the disk folder as the image's
 content (under ``base_dir/images/PROJECT/NAME``); an instance booted from that image starts with
 a copy of it on its disk, as a baked image would. Image inserts are global operations
@@ -52,9 +60,11 @@ from nbburst.testing.compute.resources import (
     InstancePlan,
     check_labels,
     check_metadata_items,
+    check_networks,
     get_image,
     image_from_family,
     not_found,
+    org_policy_violation,
     plan_image,
     plan_instance,
 )
@@ -84,6 +94,7 @@ class ComputeEmulator(LifecycleMixin):
         images: list[cat.Image] | None = None,
         instance_env: dict[str, str] | None = None,
         quotas: dict[str, float] | None = None,
+        org_policies: dict[str, list[str] | None] | None = None,
     ):
         if zone not in cat.ZONE_REGION:
             raise ValueError(f"unknown zone {zone!r}; known: {sorted(cat.ZONE_REGION)}")
@@ -106,12 +117,18 @@ class ComputeEmulator(LifecycleMixin):
         self._uid = uuid.uuid4().hex[:12]
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
+        #: Enforced organisation policy constraints -> the values each allows (see :meth:`set_org_policy`).
+        self.org_policies: dict[str, list[str] | None] = {}
+        for constraint, allowed in (org_policies or {}).items():
+            self.set_org_policy(constraint, allowed)
+        self._networks: dict[tuple[str, str], cat.Network] = {}
         self._instances: dict[tuple[str, str, str], Instance] = {}
         self._ops: dict[tuple[str, str, str], dict] = {}
         self._request_ids: dict[tuple[str, str], tuple[str, str, str]] = {}
         self._region_quotas: dict[tuple[str, str], dict[str, float]] = {}
         self._project_quotas: dict[str, dict[str, float]] = {}
         self._exhausted: dict[str, set[str] | None] = {}
+        self._exhausted_on_insert: set[str] = set()  # zones whose inserts are refused at once (503)
         self._procs: list[subprocess.Popen] = []
         self._threads: list[threading.Thread] = []
         self._ip_counter = 1
@@ -251,10 +268,18 @@ class ComputeEmulator(LifecycleMixin):
         inst = self._find(name, zone, project)
         self._spawn(self._run_guest_off, inst, reboot, boot)
 
-    def set_zone_capacity(self, zone: str, available: bool, machine_types: list[str] | None = None) -> None:
-        """Make a zone (or only some machine types / prefixes such as "n2-") out of capacity:
-        inserts and starts there then fail with ZONE_RESOURCE_POOL_EXHAUSTED."""
+    def set_zone_capacity(
+        self, zone: str, available: bool, machine_types: list[str] | None = None, *, on_insert: bool = False
+    ) -> None:
+        """Make a zone (or only some machine types / prefixes such as "n2-") out of capacity: inserts and starts
+        there then fail with ZONE_RESOURCE_POOL_EXHAUSTED in their operation, or, ``on_insert``, the insert
+        itself answers 503 ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS (Compute Engine does both:
+        https://cloud.google.com/compute/docs/resource-error)."""
         with self._lock:
+            if on_insert and not available:
+                self._exhausted_on_insert.add(zone)
+            elif available:
+                self._exhausted_on_insert.discard(zone)
             if available:
                 if machine_types and self._exhausted.get(zone):
                     self._exhausted[zone] -= set(machine_types)  # type: ignore[operator]
@@ -273,6 +298,41 @@ class ComputeEmulator(LifecycleMixin):
                 self._plimits(project)[metric] = float(limit)
             else:
                 self._rlimits(project, region or self.region)[metric] = float(limit)
+
+    def set_org_policy(self, constraint: str, allowed: list[str] | None = None) -> None:
+        """Enforce an organisation policy constraint on inserts (``compute.vmExternalIpAccess``: the instances
+        allowed an external IP, as ``projects/P/zones/Z/instances/N``; ``compute.requireShieldedVm``: no values;
+        ``compute.trustedImageProjects``: ``projects/P`` whose images may boot; ``gcp.resourceLocations``:
+        regions or zones, ``in:REGION-locations`` too)."""
+        name = constraint.removeprefix("constraints/")
+        if name not in cat.ORG_CONSTRAINTS:
+            raise ValueError(f"unknown constraint {constraint!r}; known: {', '.join(cat.ORG_CONSTRAINTS)}")
+        with self._lock:
+            self.org_policies[name] = None if allowed is None else list(allowed)
+
+    def clear_org_policy(self, constraint: str) -> None:
+        with self._lock:
+            self.org_policies.pop(constraint.removeprefix("constraints/"), None)
+
+    def add_network(
+        self,
+        name: str,
+        *,
+        auto: bool = False,
+        subnetworks: dict[str, dict[str, bool]] | None = None,
+        project: str | None = None,
+    ) -> cat.Network:
+        """A VPC network: custom mode unless ``auto``, with ``subnetworks`` region -> {name: Private Google
+        Access on}."""
+        network = cat.Network(project or self.project, name, auto, {r: dict(s) for r, s in (subnetworks or {}).items()})
+        with self._lock:
+            self._networks[(network.project, name)] = network
+        return network
+
+    def _network_catalog(self, project: str) -> dict[tuple[str, str], cat.Network]:
+        if (project, "default") not in self._networks:
+            self._networks[(project, "default")] = cat.Network(project, "default")
+        return self._networks
 
     def add_image(self, project: str, name: str, family: str | None = None, **kwargs) -> cat.Image:
         img = cat.Image(project, name, family, **kwargs)
@@ -328,7 +388,11 @@ class ComputeEmulator(LifecycleMixin):
             prior = self._prior(project, request_id)
             if prior:
                 return prior
+            check_networks(project, zone, body, self._network_catalog(project))
             plan = plan_instance(project, zone, body, self.images, self._next_ip())
+            refused = org_policy_violation(project, zone, plan, self.org_policies)
+            if refused is not None:
+                raise refused
             key = (project, zone, plan.resource["name"])
             if key in self._instances:
                 raise ComputeError(
@@ -337,6 +401,13 @@ class ComputeEmulator(LifecycleMixin):
                     f"The resource 'projects/{project}/zones/{zone}/instances/{key[2]}' already exists",
                 )
             self._check_quota(project, zone, plan)
+            if zone in self._exhausted_on_insert and self._exhausted_for(zone, plan.machine.name):
+                raise ComputeError(
+                    503,
+                    "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+                    f"The zone 'projects/{project}/zones/{zone}' does not have enough resources available to "
+                    "fulfill the request.  '(resource type:compute)'.",
+                )
             dir_ = self.base_dir / "instances" / project / zone / key[2]
             shutil.rmtree(dir_, ignore_errors=True)
             inst = Instance(project, zone, plan, dir_, self._uid)
@@ -518,6 +589,20 @@ class ComputeEmulator(LifecycleMixin):
             "selfLink": cat.link(project, "regions", region),
             "supportsPzs": False,
         }
+
+    def api_network(self, project: str, name: str) -> dict:
+        with self._lock:
+            network = self._network_catalog(project).get((project, name))
+            if network is None:
+                raise not_found(f"projects/{project}/global/networks/{name}")
+            return network.json()
+
+    def api_subnetwork(self, project: str, region: str, name: str) -> dict:
+        with self._lock:
+            for (p, _), network in self._network_catalog(project).items():
+                if p == project and name in network.subnetworks.get(region, {}):
+                    return network.subnetwork_json(region, name)
+        raise not_found(f"projects/{project}/regions/{region}/subnetworks/{name}")
 
     def api_zone(self, project: str, zone: str) -> dict:
         if zone not in cat.ZONE_REGION:
@@ -754,10 +839,12 @@ class ComputeEmulator(LifecycleMixin):
             self._cond.notify_all()
 
     def _is_exhausted(self, inst: Instance) -> bool:
-        if inst.zone not in self._exhausted:
+        return self._exhausted_for(inst.zone, inst.plan.machine.name)
+
+    def _exhausted_for(self, zone: str, name: str) -> bool:
+        if zone not in self._exhausted:
             return False
-        types = self._exhausted[inst.zone]
-        name = inst.plan.machine.name
+        types = self._exhausted[zone]
         return types is None or any(name == t or (t.endswith("-") and name.startswith(t)) for t in types)
 
     def _exhausted_error(self, inst: Instance) -> tuple[str, str, int, str]:
@@ -787,7 +874,7 @@ class ComputeEmulator(LifecycleMixin):
     def _charges(self, project: str, zone: str, plan: InstancePlan) -> dict[str, float]:
         limits = self._rlimits(project, cat.ZONE_REGION[zone])
         out: dict[str, float] = {}
-        demand = cat.quota_demand(plan.machine, plan.accelerators, plan.spot, plan.disk_gb)
+        demand = cat.quota_demand(plan.machine, plan.accelerators, plan.spot, plan.disk_gb, plan.external_ips)
         for metric, amount in demand.items():
             if metric.startswith("PREEMPTIBLE_") and not limits.get(metric):
                 metric = metric[len("PREEMPTIBLE_") :]  # no preemptible quota: spot uses the regular one

@@ -8,7 +8,10 @@ Control endpoints (JSON bodies, all optional fields):
     POST /emulator/projects/P/zones/Z/instances/N/preempt      {"grace": 1.0, "wait": false}
     POST /emulator/projects/P/zones/Z/instances/N/maintenance  {"wait": false}
     POST /emulator/projects/P/zones/Z/instances/N/poweroff     {"reboot": false, "boot": 3}
-    POST /emulator/zones/Z/capacity                      {"available": false, "machineTypes": ["n2-"]}
+    POST /emulator/zones/Z/capacity                      {"available": false, "machineTypes": ["n2-"],
+                                                          "onInsert": false}
+    POST /emulator/org-policies                          {"constraint": "compute.vmExternalIpAccess",
+                                                          "allowed": [...], "enforced": true}
     POST /emulator/quotas                                {"metric": "CPUS", "limit": 8, "region": ...}
     POST /emulator/images                                {"project", "name", "family", "diskSizeGb"}
 
@@ -97,6 +100,16 @@ def _region(emu, a, q, b):
 def _zones(emu, a, q, b):
     items = [cat.zone_json(a["project"], z) for z in cat.ZONE_REGION]
     return _list("compute#zoneList", items, q, cat.link(a["project"], "zones"))
+
+
+@route("GET", _P + r"/global/networks/(?P<network>[^/]+)")
+def _network(emu, a, q, b):
+    return emu.api_network(a["project"], a["network"])
+
+
+@route("GET", _P + r"/regions/(?P<region>[^/]+)/subnetworks/(?P<subnetwork>[^/]+)")
+def _subnetwork(emu, a, q, b):
+    return emu.api_subnetwork(a["project"], a["region"], a["subnetwork"])
 
 
 @route("GET", _Z)
@@ -344,7 +357,21 @@ def _control_poweroff(emu, a, q, b):
 
 @route("POST", r"/emulator/zones/(?P<zone>[^/]+)/capacity")
 def _control_capacity(emu, a, q, b):
-    emu.set_zone_capacity(a["zone"], bool(b.get("available", False)), b.get("machineTypes"))
+    emu.set_zone_capacity(
+        a["zone"], bool(b.get("available", False)), b.get("machineTypes"), on_insert=bool(b.get("onInsert"))
+    )
+    return {"ok": True}
+
+
+@route("POST", r"/emulator/org-policies")
+def _control_org_policies(emu, a, q, b):
+    try:
+        if b.get("enforced", True):
+            emu.set_org_policy(b["constraint"], b.get("allowed"))
+        else:
+            emu.clear_org_policy(b["constraint"])
+    except ValueError as e:
+        raise ComputeError(400, "invalid", str(e)) from None
     return {"ok": True}
 
 

@@ -109,6 +109,7 @@ class InstancePlan:
     accelerators: dict[str, int] = field(default_factory=dict)
     spot: bool = False
     disk_gb: dict[str, int] = field(default_factory=dict)  # quota metric -> GB
+    external_ips: int = 0  # access configs: each holds an external IP (IN_USE_ADDRESSES)
 
 
 def plan_instance(project: str, zone: str, body: dict, images, next_ip: str) -> InstancePlan:
@@ -230,7 +231,92 @@ def plan_instance(project: str, zone: str, body: dict, images, next_ip: str) -> 
         resource["guestAccelerators"] = guest_accels
     if body.get("hostname"):
         resource["hostname"] = body["hostname"]
-    return InstancePlan(resource, machine, image, accelerators, spot, disk_gb)
+    external_ips = sum(len(nic.get("accessConfigs") or []) for nic in nics)
+    return InstancePlan(resource, machine, image, accelerators, spot, disk_gb, external_ips)
+
+
+_NETWORK = re.compile(_URL_PREFIX + r"(?:projects/([^/]+)/)?global/networks/([^/]+)$")
+_SUBNETWORK = re.compile(_URL_PREFIX + r"(?:projects/([^/]+)/)?regions/([^/]+)/subnetworks/([^/]+)$")
+
+
+def check_networks(project: str, zone: str, body: dict, networks: dict[tuple[str, str], cat.Network]) -> None:
+    """Each interface's network must exist (404 as Google answers), and a custom-mode network needs a
+    subnetwork of the instance's region named (400): https://cloud.google.com/vpc/docs/vpc#subnet-ranges,
+    https://cloud.google.com/compute/docs/reference/rest/v1/instances/insert (networkInterfaces[].subnetwork)."""
+    region = cat.ZONE_REGION[zone]
+    for i, nic in enumerate(body.get("networkInterfaces") or []):
+        ref = nic.get("network") or "global/networks/default"
+        m = _NETWORK.match(ref)
+        if not m:
+            raise invalid(f"resource.networkInterfaces[{i}].network", ref, "Must be a URL to a network resource.")
+        net_project, net_name = m.group(1) or project, m.group(2)
+        network = networks.get((net_project, net_name))
+        if network is None:
+            raise not_found(f"projects/{net_project}/global/networks/{net_name}")
+        sub = nic.get("subnetwork") or ""
+        if not sub:
+            if not network.auto:
+                raise invalid(
+                    f"resource.networkInterfaces[{i}]",
+                    "",
+                    "Subnetwork should be specified for custom subnetmode network",
+                )
+            continue
+        sm = _SUBNETWORK.match(sub)
+        if not sm:
+            raise invalid(f"resource.networkInterfaces[{i}].subnetwork", sub, "Must be a URL to a subnetwork resource.")
+        if sm.group(2) != region or sm.group(3) not in network.subnetworks.get(region, {}):
+            raise not_found(f"projects/{sm.group(1) or net_project}/regions/{sm.group(2)}/subnetworks/{sm.group(3)}")
+
+
+def org_policy_violation(
+    project: str, zone: str, plan: InstancePlan, policies: dict[str, list[str] | None]
+) -> ComputeError | None:
+    """The 412 conditionNotMet an insert gets from the first enforced organisation policy it violates, with
+    Google's message (https://cloud.google.com/resource-manager/docs/organization-policy/org-policy-constraints;
+    the wording as users report it, e.g. github.com/googlecodelabs/feedback/issues/695 for vmExternalIpAccess,
+    github.com/fortinet/fortigate-terraform-deploy/issues/34 for requireShieldedVm).
+    ``policies``: constraint -> the values it allows (None: a boolean constraint, or a list that allows none)."""
+    name = plan.resource["name"]
+    instance = f"projects/{project}/zones/{zone}/instances/{name}"
+    image = plan.image
+
+    def refused(message: str) -> ComputeError:
+        return ComputeError(412, "conditionNotMet", message)
+
+    for constraint, allowed in policies.items():
+        values = allowed or []
+        if constraint == "compute.vmExternalIpAccess" and plan.external_ips and instance not in values:
+            return refused(
+                f"Constraint constraints/compute.vmExternalIpAccess violated for project "
+                f"{cat.project_number(project)}. Add instance {instance} to the constraint to use external IP "
+                "with it."
+            )
+        if constraint == "compute.requireShieldedVm" and image is not None and not image.shielded:
+            return refused(
+                f"Constraint constraints/compute.requireShieldedVm violated for project projects/{project}. The boot "
+                f"disk's 'initialize_params.source_image' field specifies a non-Shielded image: "
+                f"projects/{image.project}/global/images/{image.name}. See "
+                "https://cloud.google.com/resource-manager/docs/organization-policy/org-policy-constraints for "
+                "more information."
+            )
+        if (
+            constraint == "compute.trustedImageProjects"
+            and image is not None
+            and f"projects/{image.project}" not in values
+        ):
+            return refused(
+                f"Constraint constraints/compute.trustedImageProjects violated for project {project}. Use of "
+                f"images from project {image.project} is prohibited."
+            )
+        if constraint == "gcp.resourceLocations" and not {zone, cat.ZONE_REGION[zone]} & {
+            v.removeprefix("in:").removesuffix("-locations") for v in values
+        }:
+            return refused(
+                f"Location ZONE:{zone} violates constraint constraints/gcp.resourceLocations on the resource "
+                f"{instance}."
+            )
+    return None
 
 
 def _full(project: str, ref: str) -> str:
