@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import psutil
 import pytest
-from support import LARGE_QUOTAS, wait_until
+from support import LARGE_QUOTAS, held_call, wait_until
 from support.gce import PROJECT, ZONE, instance, submit
 from support.nbrun import error, run, stream
 
@@ -250,18 +250,12 @@ def test_a_boot_failure_fails_the_job_with_the_serial_console_tail(gce_env, comp
 
 
 @pytest.mark.compute_emulator(operation_delay=0.02, preemption_grace=2.0)
-def test_a_preempted_vm_restarts_with_its_disk_and_the_next_attempt(gce_env, compute_emulator):
+def test_a_preempted_vm_restarts_with_its_disk_and_the_next_attempt(gce_env, compute_emulator, tmp_path):
     burst = Burst()
-
-    def slow(seconds):
-        import time
-
-        time.sleep(seconds)
-        return "done"
-
-    job = submit(burst, slow, 6, cores=2)
+    started = tmp_path / "started"
+    job = submit(burst, held_call, str(started), "done", cores=2)
     name = machine_name(job.id)
-    wait_until(lambda: job.state == State.RUNNING, what="the agent to start")
+    wait_until(started.exists, what="the job to run")  # still running when preempted, however busy the machine
     job.preempt(grace_s=1.0)
     wait_until(lambda: job.supervise() == State.RUNNING and job.attempt == 2, timeout=60, what="attempt 2")
     console = compute_emulator.serial_output(name)

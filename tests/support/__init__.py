@@ -105,8 +105,7 @@ def held_cell(started: Path, then: str) -> str:
 
 def held_call(started: str, value: Any = None) -> Any:
     """A job's function, as :func:`held_cell` is a cell: its first run creates ``started`` and runs until its
-    machine is taken; its relaunch returns ``value`` at once. For the local backend, whose agent imports this
-    module; a Compute Engine VM cannot."""
+    machine is taken; its relaunch returns ``value`` at once."""
     if not os.path.exists(started):
         open(started, "w").close()
         while True:
