@@ -209,6 +209,16 @@ def test_a_module_too_big_to_travel_is_refused_naming_it(tmp_path, monkeypatch):
         sources.collect(["bulky"])
 
 
+def test_a_star_import_binds_its_names_in_the_kernel_too(burst_env, tmp_path):
+    """``from numpy import *`` binds what the module's ``__all__`` (or its public names) says; no syntax shows it."""
+    cells = [
+        "from numpy import *\nfrom math import *",
+        "v = array([1, 2, 3, 4])\nv",
+        "print(type(v), linspace(0, 1, 3), pi, floor(2.5), sqrt(4.0))",
+    ]
+    assert_identical(cells, {0, 1}, tmp_path)
+
+
 def test_names_notebook_functions_rebind_through_global_are_the_cells_outputs():
     from nbburst.client.capture import capture
 

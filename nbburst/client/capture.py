@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import dis
+import importlib
 import posixpath
 import re
 import symtable
@@ -248,7 +249,7 @@ def capture(
         else:
             result.values[name] = value
     rebound, unbound, imported = _reached_by_functions(result.values.values(), namespace)
-    outputs = [n for n in [*analysis.assigns, *rebound] if not _HISTORY.match(n)]
+    outputs = [n for n in [*analysis.assigns, *rebound, *_star_imported(tree)] if not _HISTORY.match(n)]
     outputs = list(dict.fromkeys(outputs))
     if out is not None:
         unknown = [n for n in out if n not in analysis.assigns and n not in analysis.reads and n not in rebound]
@@ -265,6 +266,21 @@ def capture(
     result.files = _files_named(tree, result.values.values())
     result.imports = [*imported_names(code), *imported, *result.modules.values()]
     return result
+
+
+def _star_imported(tree: ast.AST) -> list[str]:
+    """The names the cell's ``from module import *`` bind, as the kernel's import of the module says (the kernel
+    imports it anyway, as it would had it run the cell): no syntax shows them, yet the cell binds them."""
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level and node.names[0].name == "*":
+            try:
+                module = importlib.import_module(node.module)
+            except Exception:  # the machine meets the same failure, as the cell's own
+                continue
+            public = getattr(module, "__all__", None)
+            names += list(public) if public is not None else [n for n in vars(module) if not n.startswith("_")]
+    return names
 
 
 def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
