@@ -27,16 +27,22 @@ from nbburst.machines.gce.watcher import LABEL, say_state, watcher_name
 from nbburst.protocol.job import State
 
 SUBMITTER = """
-import os
+import os, sys
 from nbburst.client.burst import Burst
 
-def work(seconds):
-    import time
+def work(seconds, runs):
+    # each run adds a line to RUNS; the first three are preempted, so they run until their VM is taken
+    import os, time
+    before = open(runs).read().count("\\n") if os.path.exists(runs) else 0
+    with open(runs, "a") as f:
+        f.write("run\\n")
+    while before < 3:
+        time.sleep(0.1)
     time.sleep(seconds)
     return f"slept {seconds} s"
 
 burst = Burst()
-job = burst.submit(work, 6, options=burst.options(backend="gce", cores=2, max_restarts=5))
+job = burst.submit(work, 6, sys.argv[1], options=burst.options(backend="gce", cores=2, max_restarts=5))
 print(job.id, os.getpid(), flush=True)
 """
 CHECK = """
@@ -57,8 +63,11 @@ def quick_watcher(gce_env, monkeypatch):
 
 
 @pytest.mark.compute_emulator(operation_delay=0.02, preemption_grace=1.0)
-def test_a_detached_job_survives_three_preemptions_with_nobody_on_this_computer(quick_watcher, compute_emulator):
-    done = subprocess.run([sys.executable, "-c", SUBMITTER], capture_output=True, text=True, timeout=180)
+def test_a_detached_job_survives_three_preemptions_with_nobody_on_this_computer(
+    quick_watcher, compute_emulator, tmp_path
+):
+    runs = tmp_path / "runs"
+    done = subprocess.run([sys.executable, "-c", SUBMITTER, str(runs)], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     job_id, submitter = done.stdout.split()
     job = Burst().job(job_id)  # this process only looks and preempts: it never supervises
@@ -70,8 +79,13 @@ def test_a_detached_job_survives_three_preemptions_with_nobody_on_this_computer(
     started = r"nbburst supervise: pid (\d+) watching gs://"
     console = Path(made["serial_console"])  # gone with its VM: read while the job runs
     pids = set(wait_until(lambda: re.findall(started, console.read_text()), 60, what="the watcher to start"))
+
+    def running(attempt: int) -> bool:  # the attempt runs its cell, which has added its line to RUNS
+        lines = runs.read_text().count("\n") if runs.exists() else 0
+        return job.attempt == attempt and job.state == State.RUNNING and lines == attempt
+
     for attempt in (1, 2, 3):
-        wait_until(lambda a=attempt: job.attempt == a and job.state == State.RUNNING, 90, what=f"attempt {attempt}")
+        wait_until(lambda a=attempt: running(a), 180, what=f"attempt {attempt} to run its cell")
         compute_emulator.preempt(vm, grace=1.0)
     wait_until(lambda: job.terminal() is not None, 120, what="the job to end")
 
