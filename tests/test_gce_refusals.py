@@ -17,6 +17,8 @@ from nbburst.client.burst import Burst
 from nbburst.errors import JobFailed, UsageError
 from nbburst.machines.base import NoCapacity, machine_name
 from nbburst.machines.gce.api import ComputeAPI, network_interface
+from nbburst.machines.gce.context import GCEContext
+from nbburst.protocol.job import Resources
 
 
 def submit(burst, **options):
@@ -189,3 +191,48 @@ def test_unknown_network_is_404_and_custom_mode_needs_a_subnetwork(gce, compute_
     assert subnet.private_ip_google_access is True
     network = compute_emulator.client(compute_v1.NetworksClient).get(project=PROJECT, network="default")
     assert network.auto_create_subnetworks is True
+
+
+# -- 5. disk types, architectures and the image's size -----------------------------------------------------------
+def on(machine, image=None, disk_type=None, name="vm-a"):
+    inst = instance(name, machine=machine)
+    params = inst.disks[0].initialize_params
+    if image:
+        params.source_image = image
+    if disk_type:
+        params.disk_type = f"zones/{ZONE}/diskTypes/{disk_type}"
+    return inst
+
+
+ARM_IMAGE = "projects/debian-cloud/global/images/family/debian-12-arm64"
+DLVM_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu129-ubuntu-2404-nvidia-580"
+
+
+def test_emulator_keeps_disk_types_and_architectures_per_family(gce, compute_emulator):
+    with pytest.raises(exceptions.BadRequest, match=r"\[c4a-standard-4, pd-balanced\] features are not compatible"):
+        gce.insert(on("c4a-standard-4", ARM_IMAGE, "pd-balanced"))
+    with pytest.raises(exceptions.BadRequest, match=r"\[n4-standard-4, pd-balanced\] features are not compatible"):
+        gce.insert(on("n4-standard-4", disk_type="pd-balanced"))
+    with pytest.raises(exceptions.BadRequest, match=r"\[e2-standard-4, hyperdisk-balanced\] features"):
+        gce.insert(on("e2-standard-4", disk_type="hyperdisk-balanced"))
+    with pytest.raises(exceptions.BadRequest, match=r"architecture of the image \(X86_64\) is not compatible"):
+        gce.insert(on("c4a-standard-4", disk_type="hyperdisk-balanced"))
+    with pytest.raises(exceptions.BadRequest, match=r"architecture of the image \(ARM64\) is not compatible"):
+        gce.insert(on("n2-standard-2", ARM_IMAGE))
+    gce.create(on("c4a-standard-4", ARM_IMAGE, "hyperdisk-balanced"))
+    gce.create(on("t2a-standard-4", ARM_IMAGE, "pd-balanced", name="vm-b"))
+    assert gce.get("vm-a").disks[0].architecture == "ARM64"
+
+
+def test_boot_disk_fits_the_machine_family_and_the_image(gce_env, compute_emulator, monkeypatch):
+    monkeypatch.setenv("NBBURST_DISK_GB", "20")
+    context = GCEContext(config.load())
+    dlvm = context.image_for(Resources(image=DLVM_IMAGE))[0]
+    assert context.boot_disk_gb("n1-standard-4", dlvm) == 50  # the image's 50 GB, not the 20 asked for
+    assert context.boot_disk_gb("n1-standard-4", context.image_for(Resources())[0]) == 20
+    arm = context.image_for(Resources(image=ARM_IMAGE))
+    disk = context.boot_disk(ZONE, "c4a-standard-4", arm[0])
+    assert disk.initialize_params.disk_type.endswith("/hyperdisk-balanced")
+    assert context.boot_disk(ZONE, "n2-standard-4", dlvm).initialize_params.disk_type.endswith("/pd-balanced")
+    with pytest.raises(UsageError, match=r"c4a-standard-4 runs ARM64 images but .* is X86_64: use an Arm image"):
+        Burst().machines("gce").plan(Resources(machine_type="c4a-standard-4"))

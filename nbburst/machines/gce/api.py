@@ -102,15 +102,16 @@ def instance_metadata(items: dict[str, str]) -> Any:
     return compute_v1.Metadata(items=[compute_v1.Items(key=k, value=v) for k, v in items.items()])
 
 
-def boot_disk(zone: str, image: str, size_gb: int) -> Any:
-    """A pd-balanced boot disk made from ``image``, deleted with its VM."""
+def boot_disk(zone: str, image: str, size_gb: int, disk_type: str = "pd-balanced") -> Any:
+    """A boot disk of ``disk_type`` (:func:`~nbburst.machines.gce.types.boot_disk_type` of the machine) made from
+    ``image``, deleted with its VM."""
     from google.cloud import compute_v1
 
     return compute_v1.AttachedDisk(
         boot=True,
         auto_delete=True,
         initialize_params=compute_v1.AttachedDiskInitializeParams(
-            source_image=image, disk_size_gb=int(size_gb), disk_type=f"zones/{zone}/diskTypes/pd-balanced"
+            source_image=image, disk_size_gb=int(size_gb), disk_type=f"zones/{zone}/diskTypes/{disk_type}"
         ),
     )
 
@@ -229,6 +230,7 @@ class ComputeAPI:
         self._project: str | None = None
         self._clients: dict[str, Any] = {}
         self._catalogs: dict[str, tuple[float, list[gce_types.MachineType]]] = {}
+        self._images: dict[str, tuple[int, str]] = {}  # image path -> (diskSizeGb, architecture)
 
     def credentials(self) -> Any:
         """Anonymous credentials for an emulator, else Application Default Credentials (UsageError if none)."""
@@ -444,7 +446,22 @@ class ComputeAPI:
             raise UsageError(f"{source}: {what} does not exist in project {project}") from None
         except gexc.Forbidden as exc:
             raise UsageError(f"{source}: no access to images of project {project} ({exc.message})") from None
-        return f"projects/{project}/global/images/{img.name}", python_of_labels(dict(img.labels)), source
+        path = f"projects/{project}/global/images/{img.name}"
+        self._images[path] = (int(img.disk_size_gb or 0), img.architecture or "X86_64")
+        return path, python_of_labels(dict(img.labels)), source
+
+    def image_disk(self, path: str) -> tuple[int, str]:
+        """(the smallest boot disk in GB, the architecture ``X86_64``/``ARM64``) of the image at ``path``
+        (``projects/P/global/images/NAME``), as :meth:`lookup_image` found it, else read."""
+        if path not in self._images:
+            m = re.search(r"projects/([^/]+)/global/images/([^/]+)$", path)
+            if not m:
+                return 0, "X86_64"
+            img = self.call(
+                "reading the image", self.client("ImagesClient").get, project=m.group(1), image=m.group(2), timeout=30
+            )
+            self._images[path] = (int(img.disk_size_gb or 0), img.architecture or "X86_64")
+        return self._images[path]
 
     def image(self, name: str) -> Any:
         """The image ``name`` of this project."""

@@ -26,6 +26,7 @@ from ..base import Check
 from . import access as gce_access
 from . import api as gce_api
 from . import keysecret as gce_keysecret
+from . import types as gce_types
 
 log = logging.getLogger("nbburst.gce")
 
@@ -169,6 +170,30 @@ class GCEContext:
                 f"move between Python minor versions. Use an image with Python {here} (--image / --image-family; "
                 "`nbburst image build` makes one)"
             )
+
+    def boot_disk_gb(self, machine_type: str, image: str) -> int:
+        """The boot disk's size for a VM of ``machine_type`` booting ``image``: c.NBBurst.disk_gb, or the image's
+        own size when that is larger (Compute Engine refuses a disk smaller than its image). UsageError when the
+        machine cannot boot the image: an Arm machine an x86 image, or the other way round."""
+        size, arch = self.api.image_disk(image)
+        wanted = gce_types.architecture(machine_type)
+        if arch != wanted:
+            hint = (
+                "an Arm image (e.g. --image-family debian-12-arm64 with c.NBBurst.image_project=debian-cloud)"
+                if wanted == "ARM64"
+                else "an x86 image"
+            )
+            raise UsageError(
+                f"the machine type {machine_type} runs {wanted} images but {image} is {arch}: use {hint}, or "
+                "another machine type (--machine-type)"
+            )
+        return max(int(self.settings.disk_gb), size)
+
+    def boot_disk(self, zone: str, machine_type: str, image: str) -> Any:
+        """The boot disk of a VM of ``machine_type`` in ``zone`` booting ``image``: of the disk type its family takes
+        (Hyperdisk Balanced for Hyperdisk-only families), at least as large as the image."""
+        size = self.boot_disk_gb(machine_type, image)
+        return gce_api.boot_disk(zone, image, size, gce_types.boot_disk_type(machine_type))
 
     # -- bucket -------------------------------------------------------------------------------
     def store_for(self, root: str) -> Any:

@@ -95,14 +95,10 @@ class _NotOffered(Exception):
     pass
 
 
-#: Machine families whose CPUs are Arm.
-_ARM_FAMILIES = ("t2a", "c4a")
-
-
 def platform_of(plan: dict[str, Any]) -> str:
     """What an environment built on a VM of ``plan`` depends on besides Python and its packages: the CPU
     architecture and the image's system (its name without the date stamp: ``debian-cloud/debian-12-bookworm``)."""
-    arch = "aarch64" if str(plan.get("machine_type", "")).split("-")[0] in _ARM_FAMILIES else "x86_64"
+    arch = "aarch64" if gce_types.architecture(str(plan.get("machine_type", ""))) == "ARM64" else "x86_64"
     image = str(plan.get("image", ""))
     m = re.search(r"projects/([^/]+)/global/images/([^/]+?)(?:-v\d{8}.*)?$", image)
     system = f"{m.group(1)}/{m.group(2)}" if m else image
@@ -170,6 +166,7 @@ class GCEMachines(Machines):
         spot = not resources.on_demand
         image, image_python, image_source = self.context.image_for(resources)
         self.context.check_python(image, image_python)
+        disk_gb = self.context.boot_disk_gb(choice.machine.name, image)
         vms = 1 + (resources.workers or 0)  # --workers: the job's VM and its worker VMs, all alike
         problem = self.api.quota_problem(zone, choice.machine, choice.gpu, choice.gpu_count, spot, count=vms)
         if problem:
@@ -195,7 +192,7 @@ class GCEMachines(Machines):
             extra={
                 "project": self.project,
                 "zones": zones,
-                "disk_gb": self.settings.disk_gb,
+                "disk_gb": disk_gb,
                 "gpu_attached": choice.attached_gpu,
                 "image_python": image_python,
                 "custom": choice.custom,
@@ -267,7 +264,7 @@ class GCEMachines(Machines):
                 "nbburst-name": gce_api.label(spec.name),
             },
             metadata=gce_api.instance_metadata(items),
-            disks=[gce_api.boot_disk(zone, plan["image"], self.settings.disk_gb)],
+            disks=[self.context.boot_disk(zone, plan["machine_type"], plan["image"])],
             network_interfaces=[self.context.network_interface(zone)],
             scheduling=scheduling,
             service_accounts=self.context.service_accounts(),

@@ -59,6 +59,24 @@ _CUSTOM = {
     "n2": ("n2-custom", lambda n: (n % 2 == 0 and 2 <= n <= 32) or (n % 4 == 0 and 32 < n <= 80), 0.5, 8.0),
     "n1": ("custom", lambda n: n == 1 or (n % 2 == 0 and 2 <= n <= 96), 0.9, 6.5),
 }
+#: Families whose CPUs are Arm: they boot ARM64 images only (https://cloud.google.com/compute/docs/instances/arm-on-compute).
+ARM_FAMILIES = frozenset({"t2a", "c4a", "n4a"})
+#: Families that take Hyperdisk only, for the boot disk too: no pd-balanced
+#: (https://cloud.google.com/compute/docs/disks/hyperdisks#machine-type-support).
+HYPERDISK_ONLY_FAMILIES = frozenset({"c4", "c4a", "c4d", "n4", "n4a", "n4d"})
+
+
+def architecture(machine_type: str) -> str:
+    """``ARM64`` for a machine type of an Arm family, else ``X86_64`` (the API's names)."""
+    return "ARM64" if pricing.family_of(machine_type) in ARM_FAMILIES else "X86_64"
+
+
+def boot_disk_type(machine_type: str) -> str:
+    """The boot disk type a VM of ``machine_type`` can have: Hyperdisk Balanced where its family takes nothing else,
+    else pd-balanced."""
+    return "hyperdisk-balanced" if pricing.family_of(machine_type) in HYPERDISK_ONLY_FAMILIES else "pd-balanced"
+
+
 _CUSTOM_NAME = re.compile(r"^(?:(?P<family>[a-z0-9]+)-)?custom-(?P<cpus>\d+)-(?P<mb>\d+)(?:-ext)?$")
 
 

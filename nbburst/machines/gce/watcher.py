@@ -203,7 +203,7 @@ class Watchers:
             machine_type=f"zones/{zone}/machineTypes/{self.settings.watcher_machine_type}",
             labels={LABEL: digest(store.url), "nbburst-owner": gce_api.label(config.owner(self.settings))},
             metadata=gce_api.instance_metadata(items),
-            disks=[gce_api.boot_disk(zone, image, self.settings.disk_gb)],
+            disks=[self.context.boot_disk(zone, self.settings.watcher_machine_type, image)],
             network_interfaces=[self.context.network_interface(zone)],
             scheduling=compute_v1.Scheduling(
                 provisioning_model="STANDARD",

@@ -133,6 +133,21 @@ class MachineType:
         return self.name.split("-")[0] if not self.name.startswith("custom-") else "n1"
 
     @property
+    def architecture(self) -> str:
+        """Arm families run ARM64 images only, the others X86_64 ones
+        (https://cloud.google.com/compute/docs/instances/arm-on-compute)."""
+        return "ARM64" if self.family in ARM_FAMILIES else "X86_64"
+
+    def accepts_disk_type(self, disk_type: str) -> bool:
+        """Hyperdisk-only families (C4, C4A, N4...) refuse Persistent Disk types, and the older families (E2, N1,
+        N2, C2D...) Hyperdisk Balanced (https://cloud.google.com/compute/docs/disks/hyperdisks#machine-type-support,
+        https://cloud.google.com/compute/docs/general-purpose-machines#c4a_disks)."""
+        hyperdisk = disk_type.startswith("hyperdisk-")
+        if self.family in HYPERDISK_ONLY_FAMILIES:
+            return hyperdisk
+        return not hyperdisk or self.family in HYPERDISK_FAMILIES
+
+    @property
     def accepts_guest_accelerators(self) -> bool:
         """Only N1 takes attached GPUs; A2 and G2 come with theirs."""
         return self.family == "n1"
@@ -143,6 +158,14 @@ class MachineType:
         if self.accelerator:
             text += f", {self.accelerator_count} {ACCELERATORS[self.accelerator].description} GPU"
         return text
+
+
+#: Families whose CPUs are Arm (ARM64 images only).
+ARM_FAMILIES = frozenset({"t2a", "c4a", "n4a"})
+#: Families that take Hyperdisk only, for the boot disk too.
+HYPERDISK_ONLY_FAMILIES = frozenset({"c4", "c4a", "c4d", "n4", "n4a", "n4d"})
+#: Families that take Hyperdisk Balanced besides Persistent Disk.
+HYPERDISK_FAMILIES = HYPERDISK_ONLY_FAMILIES | {"c3", "c3d", "a3", "m3"}
 
 
 def _series(prefix: str, sizes, mb_per_cpu: int, **extra) -> list[MachineType]:
@@ -165,6 +188,11 @@ MACHINE_TYPES: dict[str, MachineType] = {
         *_series("n2-highcpu", (2, 4, 8, 16, 32, 48, 64, 80, 96), 1024),
         *_series("c2d-standard", (2, 4, 8, 16, 32, 56, 112), 4096),
         *_series("c2d-highcpu", (2, 4, 8, 16, 32, 56, 112), 2048),
+        *_series("n4-standard", (2, 4, 8, 16, 32, 48, 64, 80), 4096),
+        MachineType("c4a-standard-1", 1, 4096),
+        *_series("c4a-standard", (2, 4, 8, 16, 32, 48, 64, 72), 4096),
+        MachineType("t2a-standard-1", 1, 4096),
+        *_series("t2a-standard", (2, 4, 8, 16, 32, 48), 4096),
         MachineType("n1-standard-1", 1, 3840),
         *_series("n1-standard", (2, 4, 8, 16, 32, 64, 96), 3840),
         *[
@@ -237,7 +265,7 @@ def machine_type_json(project: str, zone: str, m: MachineType) -> dict:
         "zone": zone,
         "selfLink": link(project, "zones", zone, "machineTypes", m.name),
         "isSharedCpu": m.shared_cpu,
-        "architecture": "X86_64",
+        "architecture": m.architecture,
     }
     if m.accelerator:
         out["accelerators"] = [{"guestAcceleratorType": m.accelerator, "guestAcceleratorCount": m.accelerator_count}]
@@ -462,6 +490,14 @@ def default_images() -> list[Image]:
         # Stock public images, with the system Python each one has.
         Image("debian-cloud", "debian-12-bookworm-v20240110", "debian-12", created=t, python="3.11"),
         Image("debian-cloud", "debian-13-trixie-v20250815", "debian-13", created=t, python="3.13"),
+        Image(
+            "debian-cloud",
+            "debian-12-bookworm-arm64-v20240110",
+            "debian-12-arm64",
+            created=t,
+            python="3.11",
+            architecture="ARM64",
+        ),
         Image("ubuntu-os-cloud", "ubuntu-2204-jammy-v20240126", "ubuntu-2204-lts", created=t, python="3.10"),
         Image(
             "ubuntu-os-cloud", "ubuntu-2404-noble-amd64-v20240701", "ubuntu-2404-lts-amd64", created=t, python="3.12"

@@ -166,7 +166,7 @@ def plan_instance(project: str, zone: str, body: dict, images, next_ip: str) -> 
     has_gpu = bool(accelerators) or bool(machine.accelerator)
 
     scheduling, spot = _plan_scheduling(body.get("scheduling") or {}, has_gpu)
-    disks, image, disk_gb = _plan_disks(project, zone, name, body.get("disks") or [], images)
+    disks, image, disk_gb = _plan_disks(project, zone, name, body.get("disks") or [], images, machine)
     labels = check_labels(body.get("labels"))
     items = check_metadata_items((body.get("metadata") or {}).get("items"))
 
@@ -363,13 +363,22 @@ def _plan_scheduling(s: dict, has_gpu: bool) -> tuple[dict, bool]:
         out["instanceTerminationAction"] = action or "STOP"
     if mrd:
         seconds = int(mrd.get("seconds") or 0)
-        if seconds <= 0:
-            raise invalid("resource.scheduling.maxRunDuration.seconds", seconds, "Must be positive.")
+        if not MIN_RUN_S <= seconds <= MAX_RUN_S:  # https://cloud.google.com/compute/docs/instances/limit-vm-runtime
+            raise invalid(
+                "resource.scheduling.maxRunDuration.seconds",
+                seconds,
+                f"Must be between {MIN_RUN_S} seconds and {MAX_RUN_S // 86400} days.",
+            )
         out["maxRunDuration"] = {"seconds": str(seconds), "nanos": int(mrd.get("nanos") or 0)}
     return out, spot
 
 
-def _plan_disks(project: str, zone: str, name: str, disks: list, images):
+#: The shortest and longest maxRunDuration Compute Engine takes (tests shorten VM time with the emulator's
+#: ``time_scale``, never with a shorter limit).
+MIN_RUN_S, MAX_RUN_S = 30, 120 * 86400
+
+
+def _plan_disks(project: str, zone: str, name: str, disks: list, images, machine: cat.MachineType):
     out, image, gb = [], None, {}
     if not any(d.get("boot") for d in disks):
         raise invalid("resource.disks", "", "Boot disk must be specified.")
@@ -411,8 +420,21 @@ def _plan_disks(project: str, zone: str, name: str, disks: list, images):
                     "Must be a URL to a disk type resource.",
                 )
             dtype = tm.group(3)
-        metric = "DISKS_TOTAL_GB" if dtype == "pd-standard" else "SSD_TOTAL_GB"
-        gb[metric] = gb.get(metric, 0) + size
+        if not machine.accepts_disk_type(dtype):  # see MachineType.accepts_disk_type for Google's pages
+            raise ComputeError(
+                400, "badRequest", f"[{machine.name}, {dtype}] features are not compatible for creating instance."
+            )
+        if disk_image is not None and disk_image.architecture != machine.architecture:
+            # https://cloud.google.com/compute/docs/instances/arm-on-compute: an Arm VM boots ARM64 images only
+            raise invalid(
+                f"resource.disks[{i}].initializeParams.sourceImage",
+                ip["sourceImage"],
+                f"The architecture of the image ({disk_image.architecture}) is not compatible with the machine "
+                f"type {machine.name} ({machine.architecture}).",
+            )
+        if not dtype.startswith("hyperdisk-"):  # Hyperdisk has quotas of its own, not kept here
+            metric = "DISKS_TOTAL_GB" if dtype == "pd-standard" else "SSD_TOTAL_GB"
+            gb[metric] = gb.get(metric, 0) + size
         if d.get("boot"):
             image = disk_image
         disk_name = ip.get("diskName") or (name if i == 0 else f"{name}-{i}")
@@ -427,7 +449,7 @@ def _plan_disks(project: str, zone: str, name: str, disks: list, images):
             "autoDelete": bool(d.get("autoDelete", False)),
             "interface": d.get("interface") or "SCSI",
             "diskSizeGb": str(size),
-            "architecture": "X86_64",
+            "architecture": disk_image.architecture if disk_image else "X86_64",
         }
         if disk_image:
             license_name = disk_image.family or "image"
