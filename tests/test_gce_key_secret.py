@@ -131,14 +131,14 @@ def test_only_the_vms_service_account_reads_the_key_from_the_vm(sm, monkeypatch)
     account = {"email": VM, "token": lambda _q: tokens.mint(VM)}
     with MetadataServer({"instance/service-accounts": {"default": account}}) as md:
         monkeypatch.setenv("GCE_METADATA_HOST", md.host)
-        assert vmlib.secret(name) == key.hex().encode()
+        assert vmlib.secret(name, print) == key.hex().encode()
         with pytest.raises(vmlib.Unreadable, match="HTTP 403"):  # the other job's key: not this VM's
-            vmlib.secret(store.name("b20260101-000000-bbbbbb"))
+            vmlib.secret(store.name("b20260101-000000-bbbbbb"), print, wait_s=0)  # (no wait for IAM)
     forged = {"email": VM, "token": lambda _q: {"access_token": "ya29.made-up", "expires_in": 3599}}
     with MetadataServer({"instance/service-accounts": {"default": forged}}) as md:
         monkeypatch.setenv("GCE_METADATA_HOST", md.host)
         with pytest.raises(vmlib.Unreadable, match="HTTP 401"):
-            vmlib.secret(name)
+            vmlib.secret(name, print)
     assert store.held() == [("b20260101-000000-aaaaaa", "ann"), ("b20260101-000000-bbbbbb", "ann")]
     store.delete("b20260101-000000-aaaaaa")
     store.delete("b20260101-000000-aaaaaa")  # gone already: nothing to do

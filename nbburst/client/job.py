@@ -193,6 +193,7 @@ class Job:
         except Exception as exc:
             reason = f"could not start the machine: {exc}"
             self.commit(State.FAILED, reason, by="client")
+            self.clean_up()  # nothing of a launch that failed stays: no machine, no key held for it
             raise JobFailed(reason) from exc
 
     def start_machine(self, claim: Status, spec: JobSpec) -> None:
@@ -244,14 +245,22 @@ class Job:
         Cheap while nothing needs doing; see :mod:`nbburst.client.supervision.supervisor` (lease, backoff, history).
         Once the job has ended, makes sure its machine is gone (once per handle)."""
         state = self.supervisor.step()
-        if state.terminal and not self._cleaned_up:
-            self._cleaned_up = True
-            try:  # the agent removes its machine; this covers a VM that could only power itself off
-                self.machines.cleanup(self.machine_of())
-                workers.end_all(self)
-            except Exception:
-                pass
+        if state.terminal:
+            self.clean_up()
         return state
+
+    def clean_up(self) -> None:
+        """The job has ended: make sure its machines and what the backend holds for it (a key's secret) are gone,
+        once per handle. The agent removes its machine; this covers a VM that could only power itself off, and a
+        launch that failed half way."""
+        if self._cleaned_up:
+            return
+        self._cleaned_up = True
+        try:
+            self.machines.cleanup(self.machine_of())
+            workers.end_all(self)
+        except Exception:
+            pass
 
     @property
     def supervisor(self) -> Supervisor:

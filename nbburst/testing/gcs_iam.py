@@ -15,8 +15,16 @@ holds them, so the real google-cloud-storage client sees what Cloud Storage woul
 
 The caller is :attr:`BucketIam.caller` (every request: the clients here use anonymous credentials), by
 default an owner of the project. The answers cover IAM requests only: object reads and writes are never
-refused for want of a permission. Roles and their permissions are Cloud Storage's predefined, legacy and
-basic roles, restricted to bucket and object permissions.
+refused for want of a permission, except while a grant propagates (below). Roles and their permissions are
+Cloud Storage's predefined, legacy and basic roles, restricted to bucket and object permissions.
+
+Access changes are eventually consistent: "Granting access to or revoking access from resources" is among
+Cloud Storage's eventually consistent operations, which "typically take about a minute to take effect"
+(https://cloud.google.com/storage/docs/consistency). With :attr:`BucketIam.propagation_delay` set (0 by default, a
+switch a test turns on), a request about a bucket's objects made with the access token of an emulated VM
+(:mod:`nbburst.testing.tokens`) whose service account holds the permission it needs only through a role granted
+less than that many seconds ago is refused (:meth:`BucketIam.propagating`), as a VM that boots right after
+``nbburst setup`` granted its account the bucket would be.
 """
 
 from __future__ import annotations
@@ -26,9 +34,12 @@ import copy
 import json
 import re
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+from nbburst.testing import tokens
 
 __all__ = ["BucketIam", "Refused"]
 
@@ -62,6 +73,7 @@ DEFAULT_CALLER = "user:developer@example.com"
 _BUCKETS_PATH = "/storage/v1/b"
 _BUCKET_PATH = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)$")
 _IAM_PATH = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/iam(?P<test>/testPermissions)?$")
+_OBJECTS_PATH = re.compile(r"^(?:/upload|/download)?/storage/v1/b/(?P<bucket>[^/]+)/o(?P<one>/.+)?$")
 #: Sends a request (method, target, body) to fake-gcs-server: its (status, body).
 Forward = Callable[[str, str, bytes], tuple[int, bytes]]
 
@@ -119,6 +131,16 @@ class _Bucket:
         self.bindings = default_policy(project)
         self.version = 1
         self.serial = 0  # changes of the policy: its etag
+        self.granted: dict[tuple[str, str], float] = {}  # (role, member) -> when it was granted (time.monotonic())
+
+    def regranted(self, before: list[dict[str, Any]]) -> None:
+        """Stamp the (role, member) pairs of :attr:`bindings` that ``before`` did not have with the time now."""
+        old = {(b["role"], m) for b in before for m in b.get("members", ())}
+        now = time.monotonic()
+        for binding in self.bindings:
+            for member in binding.get("members", ()):
+                if (binding["role"], member) not in old:
+                    self.granted[(binding["role"], member)] = now
 
 
 class BucketIam:
@@ -126,6 +148,8 @@ class BucketIam:
 
     def __init__(self) -> None:
         self.caller = DEFAULT_CALLER
+        #: Seconds before a role granted on a bucket takes effect for an emulated VM's objects requests (0: at once).
+        self.propagation_delay = 0.0
         #: Member -> the roles it holds on the project (inherited by every bucket).
         self.project_roles: dict[str, set[str]] = {DEFAULT_CALLER: {"roles/owner"}}
         self._lock = threading.Lock()
@@ -217,6 +241,7 @@ class BucketIam:
         """Add ``member`` to the ``role`` binding of bucket ``name``'s policy (a test's setup; no permission asked)."""
         with self._lock:
             bucket = self._bucket(name)
+            bucket.granted[(role, member)] = time.monotonic()
             for binding in bucket.bindings:
                 if binding["role"] == role:
                     binding["members"] = sorted({*binding["members"], member})
@@ -225,17 +250,37 @@ class BucketIam:
                 bucket.bindings.append({"role": role, "members": [member]})
             bucket.serial += 1
 
-    def permissions_of(self, member: str, name: str) -> set[str]:
-        """The bucket and object permissions ``member`` holds on bucket ``name``."""
+    def permissions_of(self, member: str, name: str, granted_before: float | None = None) -> set[str]:
+        """The bucket and object permissions ``member`` holds on bucket ``name`` (through roles of the bucket
+        granted before ``granted_before``, a time.monotonic(), when given)."""
         with self._lock:
             bucket = self._bucket(name)
             held = set(self.project_roles.get(member, ()))
             for binding in bucket.bindings:
                 for who in binding.get("members", ()):
                     kind, _, project = who.partition(":")
+                    if granted_before is not None and bucket.granted.get((binding["role"], who), 0.0) > granted_before:
+                        continue
                     if who == member or (_CONVENIENCE.get(kind) in held and project == bucket.project):
                         held.add(binding["role"])
         return {permission for role in held for permission in ROLES.get(role, ())}
+
+    def propagating(self, method: str, target: str, authorization: str) -> Refused | None:
+        """The 403 of a request about a bucket's objects, made with an emulated VM's token, whose permission comes
+        from a grant that has not propagated yet (:attr:`propagation_delay`); None for any other request."""
+        found = _OBJECTS_PATH.match(urlsplit(target).path)
+        email = tokens.holder(authorization.removeprefix("Bearer ").strip()) if authorization else None
+        if not self.propagation_delay or found is None or email is None:
+            return None
+        member, name = f"serviceAccount:{email}", unquote(found["bucket"])
+        verb = {"GET": "get" if found["one"] else "list", "HEAD": "get", "DELETE": "delete"}.get(method, "create")
+        permission = f"storage.objects.{verb}"
+        settled = self.permissions_of(member, name, time.monotonic() - self.propagation_delay)
+        if permission in settled or permission not in self.permissions_of(member, name):
+            return None
+        return Refused(
+            403, "forbidden", f"{email} does not have {permission} access to the Google Cloud Storage object."
+        )
 
     def test_permissions(self, name: str, asked: list[str]) -> list[str]:
         """``buckets.testIamPermissions``: the asked permissions the caller holds."""
@@ -274,11 +319,13 @@ class BucketIam:
             for binding in body.get("bindings") or []:
                 if not str(binding.get("role", "")).startswith(("roles/", "projects/", "organizations/")):
                     raise Refused(400, "invalid", f"Role {binding.get('role')} is not a valid role.")
+            before = bucket.bindings
             bucket.bindings = [
                 {"role": b["role"], "members": sorted(set(b.get("members") or []))}
                 for b in body.get("bindings") or []
                 if b.get("members")
             ]
+            bucket.regranted(before)
             bucket.version = int(body.get("version") or 1)
             bucket.serial += 1
         return self.policy(name, bucket.version)

@@ -25,7 +25,8 @@ must cope with.
 
 It also answers what fake-gcs-server lacks about buckets (:mod:`nbburst.testing.gcs_iam`, its
 :attr:`PreconditionProxy.iam`): the bucket IAM methods, and the ``iamConfiguration``, ``lifecycle`` and
-``labels`` of a bucket, kept from its insert and patches.
+``labels`` of a bucket, kept from its insert and patches; and, while a grant to an emulated VM's account
+propagates, it refuses that VM's object requests (:meth:`~nbburst.testing.gcs_iam.BucketIam.propagating`).
 """
 
 from __future__ import annotations
@@ -160,6 +161,10 @@ class PreconditionProxy:
             if session_id or method in ("GET", "HEAD") or self._rng.random() < 0.5:
                 return _unavailable()
             lost = True
+        authorization = next((v for k, v in headers if k.lower() == "authorization"), "")
+        refused = self.iam.propagating(method, target, authorization)
+        if refused is not None:
+            return Answer(refused.code, [("Content-Type", "application/json")], json.dumps(refused.payload()).encode())
         about_buckets = self.iam.answer(method, target, body, lambda m, t, b: self._status_body(m, t, headers, b))
         if about_buckets is not None:
             status, data = about_buckets

@@ -26,6 +26,20 @@ project owner by default. Each method needs the permission Google lists for it, 
 on the project (:attr:`project_roles`) or the secret's IAM policy: ``roles/viewer`` cannot read a payload,
 ``roles/secretmanager.secretAccessor`` on one secret reads that secret only. With :attr:`enabled` False every
 request is 403 with reason ``SERVICE_DISABLED``, as when the API is not enabled in the project.
+
+Eventual consistency, as Google documents it, is two switches a test turns on (both 0 by default, so that the
+rest of the suite reads what it has just written):
+
+* :attr:`SecretManagerEmulator.iam_delay`: seconds before a role a secret's ``setIamPolicy`` grants takes effect
+  (403 until then). "Propagating IAM permissions is eventually consistent. This means granting or revoking access
+  to secrets may not take effect immediately"
+  (https://cloud.google.com/secret-manager/docs/reference/consistency); policy changes "typically propagate in
+  2 minutes, but could potentially take 7 minutes or longer"
+  (https://cloud.google.com/iam/docs/access-change-propagation).
+* :attr:`SecretManagerEmulator.latest_lag`: seconds before a new version is what the alias ``latest`` names (an
+  older version until then, 404 when there is none). "Adding a secret version and then immediately accessing that
+  secret version by version number is a strongly consistent operation. Other operations within Secret Manager are
+  eventually consistent" (the same consistency page): by number a version is readable at once.
 """
 
 from __future__ import annotations
@@ -127,8 +141,14 @@ def _now() -> str:
 class SecretManagerEmulator:
     """Secrets of one project on 127.0.0.1 (see the module's docstring)."""
 
-    def __init__(self, project: str = "nbburst-test", *, port: int = 0):
+    def __init__(
+        self, project: str = "nbburst-test", *, port: int = 0, iam_delay: float = 0.0, latest_lag: float = 0.0
+    ):
         self.project = project
+        #: Seconds before a role granted on a secret takes effect (see the module's docstring).
+        self.iam_delay = iam_delay
+        #: Seconds before ``latest`` names a new version (see the module's docstring).
+        self.latest_lag = latest_lag
         self.number = str(cat.project_number(project))
         self.caller = DEFAULT_CALLER
         #: member -> roles on the project (the caller is an owner; VMs' service accounts hold nothing there).
@@ -258,7 +278,12 @@ class SecretManagerEmulator:
     def _held(self, who: str, sid: str | None) -> set[str]:
         roles = set(self.project_roles.get(who, set()))
         if sid is not None and sid in self._secrets:
-            roles |= {b["role"] for b in self._secrets[sid]["policy"].get("bindings", []) if who in b["members"]}
+            entry, now = self._secrets[sid], time.monotonic()
+            roles |= {
+                b["role"]
+                for b in entry["policy"].get("bindings", [])
+                if who in b["members"] and now - entry["granted"].get((b["role"], who), 0.0) >= self.iam_delay
+            }
         return set().union(*(ROLES.get(r, frozenset()) for r in roles)) if roles else set()
 
     def _need(self, who: str, permission: str, sid: str | None, resource: str) -> None:
@@ -306,7 +331,8 @@ class SecretManagerEmulator:
             "labels": dict(labels),
             "etag": f'"{secrets.token_hex(8)}"',
         }
-        self._secrets[sid] = {"secret": secret, "versions": [], "policy": {"version": 1, "etag": "ACAB"}}
+        # granted: (role, member) -> when setIamPolicy granted it (time.monotonic()), for iam_delay
+        self._secrets[sid] = {"secret": secret, "versions": [], "policy": {"version": 1, "etag": "ACAB"}, "granted": {}}
         return copy.deepcopy(secret)
 
     def _get(self, sid: str, query: dict, data: dict, who: str) -> dict[str, Any]:
@@ -360,7 +386,7 @@ class SecretManagerEmulator:
             raise _Error(400, "INVALID_ARGUMENT", "Checksum mismatch: payload.data_crc32c does not match the data.")
         number = len(entry["versions"]) + 1
         version = {"name": f"{self._name(sid)}/versions/{number}", "createTime": _now(), "state": "ENABLED"}
-        entry["versions"].append({**version, "data": raw, "crc": crc})
+        entry["versions"].append({**version, "data": raw, "crc": crc, "added": time.monotonic()})
         return {**version, "replicationStatus": {"automatic": {}}, "clientSpecifiedPayloadChecksum": True}
 
     def _versions(self, sid: str, who: str) -> dict[str, Any]:
@@ -373,8 +399,9 @@ class SecretManagerEmulator:
         self._need(who, _ACCESS, sid, resource)
         entry = self._secrets.get(sid)
         versions = entry["versions"] if entry else []
-        if version == "latest":
-            found = next((v for v in reversed(versions) if v["state"] == "ENABLED"), None)
+        if version == "latest":  # an alias: eventually consistent (latest_lag), unlike a number
+            settled = time.monotonic() - self.latest_lag
+            found = next((v for v in reversed(versions) if v["state"] == "ENABLED" and v["added"] <= settled), None)
         elif version.isdigit() and 0 < int(version) <= len(versions):
             found = versions[int(version) - 1]
         else:
@@ -411,6 +438,9 @@ class SecretManagerEmulator:
         stored = {"version": int(policy.get("version") or 1), "etag": base64.b64encode(secrets.token_bytes(6)).decode()}
         if bindings:
             stored["bindings"] = [{"role": b["role"], "members": sorted(set(b["members"]))} for b in bindings]
+        now, before = time.monotonic(), entry["granted"]
+        pairs = {(b["role"], m) for b in stored.get("bindings", []) for m in b["members"]}
+        entry["granted"] = {pair: before.get(pair, now) for pair in pairs}  # a grant kept keeps its age
         entry["policy"] = stored
         return copy.deepcopy(stored)
 

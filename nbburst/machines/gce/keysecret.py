@@ -4,9 +4,13 @@ The per-job key signs everything the job writes to the bucket. Instance metadata
 ``compute.instances.get`` (every project Viewer), so the key does not go there: the client stores it as the
 secret ``nbburst-key-<job id>`` (labels ``nbburst=1``, ``nbburst-job``), whose IAM policy grants
 ``roles/secretmanager.secretAccessor`` to the VM's service account and nobody else; the VM's metadata names the
-secret (``nbburst-key-secret``), and the VM's bootstrap reads ``versions/latest:access`` with its metadata-server
-token (``nbburst/machines/gce/vm/vmlib.py``). The secret is deleted when the client sees the job end
-(:meth:`KeySecrets.delete`, from ``GCEMachines.cleanup``) or by ``nbburst gc`` once its job has ended or is
+secret's version by number (``nbburst-key-secret``: ``projects/P/secrets/ID/versions/N``), and the VM's bootstrap
+reads it with its metadata-server token (``nbburst/machines/gce/vm/vmlib.py``). By number, since Secret Manager is
+eventually consistent: a version read by number right after it was added is strongly consistent, ``latest`` is
+not (https://cloud.google.com/secret-manager/docs/reference/consistency); and the VM waits out the minutes the
+grant to its account may take to propagate (https://cloud.google.com/iam/docs/access-change-propagation).
+The secret is deleted when the client sees the job end, or its launch fail (:meth:`KeySecrets.delete`, from
+``GCEMachines.cleanup``) or by ``nbburst gc`` once its job has ended or is
 unknown (:meth:`KeySecrets.held`).
 
 Who can read the key, then: the VM's service account (the job's VMs, and the Store's watcher VM, which runs as
@@ -28,7 +32,7 @@ from ..base import Check
 from .api import label
 
 SECRET_PREFIX = "nbburst-key-"
-#: The instance metadata attribute that names the job's key secret (``projects/P/secrets/ID``).
+#: The instance metadata attribute that names the job key's secret version (``projects/P/secrets/ID/versions/N``).
 METADATA_KEY = "nbburst-key-secret"
 ACCESSOR = "roles/secretmanager.secretAccessor"
 ENABLE = "gcloud services enable secretmanager.googleapis.com"
@@ -77,8 +81,9 @@ class KeySecrets:
         return f"projects/{self._project()}/secrets/{secret_id(job_id)}"
 
     def put(self, job_id: str, key: bytes, service_account: str, owner: str = "") -> str:
-        """Store ``key`` for ``job_id``, readable by ``service_account`` only; the secret's name. Made once per
-        job: a relaunch finds it (and adds the key only if an interrupted first launch left it without)."""
+        """Store ``key`` for ``job_id``, readable by ``service_account`` only; the name of the secret's version that
+        holds it (``projects/P/secrets/ID/versions/N``). Made once per job: a relaunch finds it (and adds the key
+        only if an interrupted first launch left it without)."""
         from google.api_core import exceptions as gexc
 
         name = self.name(job_id)
@@ -104,28 +109,38 @@ class KeySecrets:
             except gexc.Conflict:
                 fresh = False  # an earlier launch of this job made it
             self._grant(name, f"serviceAccount:{service_account}")
-            if fresh or not list(self.client.list_secret_versions(request={"parent": name}, timeout=30)):
-                import google_crc32c
+            versions = [] if fresh else list(self.client.list_secret_versions(request={"parent": name}, timeout=30))
+            enabled = [v.name for v in versions if v.state == v.State.ENABLED]
+            if enabled:
+                return max(enabled, key=lambda v: int(v.rsplit("/", 1)[1]))
+            import google_crc32c
 
-                payload = {"data": key.hex().encode(), "data_crc32c": google_crc32c.value(key.hex().encode())}
-                self.client.add_secret_version(request={"parent": name, "payload": payload}, timeout=30)
+            payload = {"data": key.hex().encode(), "data_crc32c": google_crc32c.value(key.hex().encode())}
+            return self.client.add_secret_version(request={"parent": name, "payload": payload}, timeout=30).name
         except (gexc.Forbidden, gexc.PermissionDenied) as exc:  # the watcher VM relaunching: it may read, not manage
-            if self.read(job_id) != key:
+            found = self._access(job_id)
+            if found is None or found[1] != key:
                 raise BurstError(f"{what}: {_explain(exc, self._project())}") from None
+            return found[0]
         except gexc.GoogleAPICallError as exc:
             raise BurstError(f"{what}: {_explain(exc, self._project())}") from None
-        return name
 
     def read(self, job_id: str) -> bytes | None:
         """Job ``job_id``'s key, as the VM's service account reads it (the watcher VM, see
-        :mod:`~nbburst.machines.gce.watcher`); None when these credentials may not read it or it is gone."""
+        :mod:`~nbburst.machines.gce.watcher`); None when these credentials may not read it (yet: the watcher asks
+        again) or it is gone."""
+        found = self._access(job_id)
+        return None if found is None else found[1]
+
+    def _access(self, job_id: str) -> tuple[str, bytes] | None:
+        """(the name of the version ``latest`` names, the key it holds), None when it cannot be read."""
         from google.api_core import exceptions as gexc
 
         try:
             found = self.client.access_secret_version(
                 request={"name": self.name(job_id) + "/versions/latest"}, timeout=30
             )
-            return bytes.fromhex(found.payload.data.decode())
+            return found.name, bytes.fromhex(found.payload.data.decode())
         except (gexc.Forbidden, gexc.PermissionDenied, gexc.NotFound, gexc.BadRequest, ValueError):
             return None
 

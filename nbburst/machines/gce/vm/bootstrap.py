@@ -3,9 +3,11 @@
 ``python3 bootstrap.py BASE``, run by startup.sh at every boot with the image's own Python (any version,
 standard library only: see vmlib.py).
 
-1. reads the job URL from the instance metadata and the job key from the Secret Manager secret the metadata
-   names (``nbburst-key-secret``, readable by the VM's service account only), and leaves them in
-   ``BASE/job-url`` and ``BASE/job-key`` (mode 0600) for the startup script and the agent;
+1. reads the job URL from the instance metadata and the job key from the Secret Manager secret version the
+   metadata names (``nbburst-key-secret``, readable by the VM's service account only), and leaves them in
+   ``BASE/job-url`` and ``BASE/job-key`` (mode 0600) for the startup script and the agent; a refusal (403, 404)
+   is waited out for up to 10 minutes, said on the console: the account was granted the secret at launch, and
+   IAM takes minutes to propagate (``vmlib.IamWait``; the same for the bucket's first reads);
 2. reads the job's ``dist/manifest.json`` from the bucket and checks its HMAC under the job key;
 3. the venv at ``BASE/venv``:
 
@@ -173,13 +175,13 @@ def main(base: str) -> None:
     with open(os.path.join(base, "job-url"), "w") as f:
         f.write(url)
     try:
-        key_hex = secret(secret_name).decode()
+        key_hex = secret(secret_name, say).decode()
     except Unreadable as exc:
         die(str(exc))
     keep_key(base, key_hex)
     root, _, job_id = url.rstrip("/").rpartition("/jobs/")
     bucket_name, prefix = split_gs(root)
-    bucket = Bucket(bucket_name)
+    bucket = Bucket(bucket_name, say)
     say(f"job {url}")
     try:
         manifest = read_manifest(bucket, prefix, job_id, key_hex)

@@ -55,6 +55,44 @@ class Console:
 #: jitter up to RETRY_MAX_DELAY: Cloud Storage's advice, and google-api-core's default deadline.
 RETRY_SECONDS = 120.0
 RETRY_MAX_DELAY = 32.0
+#: How long a refusal that may be access still propagating is retried. The client grants the VM's account the
+#: job key's secret right before it makes the VM (and `nbburst setup` the bucket, maybe minutes before): IAM
+#: changes "typically propagate in 2 minutes, but could potentially take 7 minutes or longer"
+#: (https://cloud.google.com/iam/docs/access-change-propagation), Cloud Storage's likewise
+#: (https://cloud.google.com/storage/docs/consistency).
+IAM_WAIT_SECONDS = 600.0
+#: What the console line of a VM that waits for access starts with (the client reads it: machines.py).
+IAM_WAIT = "waiting for IAM"
+
+
+class IamWait:
+    """Retries of requests refused while access granted moments ago may still be propagating: exponential
+    backoff with jitter up to RETRY_MAX_DELAY, for ``seconds`` from the first refusal, each retry said on the
+    console (so that the client, and whoever reads the console, know the VM waits rather than failed)."""
+
+    def __init__(self, what: str, say: Any, seconds: float = IAM_WAIT_SECONDS) -> None:
+        self.what, self.say, self.seconds = what, say, seconds
+        self.started: float | None = None
+        self.delay = 1.0
+
+    def again(self, problem: str) -> bool:
+        """After a refusal (``problem``): sleep and True while the wait lasts, else False."""
+        now = time.monotonic()
+        if self.started is None:
+            self.started = now
+        if now + self.delay > self.started + self.seconds:
+            return False
+        self.say(
+            f"{IAM_WAIT}: {self.what} was refused ({problem}); access granted at launch can take minutes to reach "
+            f"this VM: retrying for up to {self.seconds / 60:g} min ({now - self.started:.0f} s so far)"
+        )
+        time.sleep(self.delay * random.uniform(0.5, 1.0))
+        self.delay = min(self.delay * 2, RETRY_MAX_DELAY)
+        return True
+
+    def waited(self) -> str:
+        """What an error message adds once this has waited: how long."""
+        return "" if self.started is None else f" (waited {time.monotonic() - self.started:.0f} s for IAM)"
 
 
 class Unreadable(Exception):
@@ -100,30 +138,41 @@ def access_token() -> tuple[str, float]:
     return token["access_token"], time.time() + int(token.get("expires_in", 300)) - 60
 
 
-def secret(name: str) -> bytes:
-    """The latest version of the Secret Manager secret ``name`` (``projects/P/secrets/ID``), read through the
-    REST API (``$NBBURST_SECRETMANAGER_ENDPOINT`` names an emulator) with the VM's token."""
+def secret(name: str, say: Any, wait_s: float = IAM_WAIT_SECONDS) -> bytes:
+    """The Secret Manager secret version ``name`` (``projects/P/secrets/ID/versions/N``; of a secret,
+    ``projects/P/secrets/ID``, its latest version), read through the REST API (``$NBBURST_SECRETMANAGER_ENDPOINT``
+    names an emulator) with the VM's token.
+
+    By number, because a version read by number right after it was added is strongly consistent and ``latest``
+    is not ("this doesn't apply when you access a secret version using aliases or latest",
+    https://cloud.google.com/secret-manager/docs/reference/consistency). 403 and 404 are retried for ``wait_s``
+    seconds (:class:`IamWait`): the VM's account was granted the secret a moment ago."""
     endpoint = (os.environ.get("NBBURST_SECRETMANAGER_ENDPOINT") or "https://secretmanager.googleapis.com").rstrip("/")
-    url = f"{endpoint}/v1/{urllib.parse.quote(name)}/versions/latest:access"
-    for attempt in range(4):
+    version = name if "/versions/" in name else name + "/versions/latest"
+    url = f"{endpoint}/v1/{urllib.parse.quote(version)}:access"
+    what = f"reading the job key from Secret Manager ({version})"
+    waiting, attempt = IamWait(what, say, wait_s), 0
+    while True:
         request = urllib.request.Request(url, headers={"Authorization": "Bearer " + access_token()[0]})
         try:
             with urllib.request.urlopen(request, timeout=30) as resp:
                 return base64.b64decode(json.loads(resp.read())["payload"]["data"])
         except urllib.error.HTTPError as exc:
+            if exc.code in (403, 404) and waiting.again(f"HTTP {exc.code}"):
+                continue
             if exc.code in (401, 403, 404):
                 raise Unreadable(
-                    f"cannot read the job key from Secret Manager ({name}): HTTP {exc.code}; the VM's service "
-                    "account needs roles/secretmanager.secretAccessor on it (the client grants it at launch), and "
-                    "the secret is deleted once the job has ended"
+                    f"cannot read the job key from Secret Manager ({version}): HTTP {exc.code}{waiting.waited()}; "
+                    "the VM's service account needs roles/secretmanager.secretAccessor on it (the client grants it "
+                    "at launch), and the secret is deleted once the job has ended"
                 ) from None
             if exc.code < 500 and exc.code != 429 or attempt == 3:
-                raise Unreadable(f"cannot read the job key from Secret Manager ({name}): HTTP {exc.code}") from None
+                raise Unreadable(f"cannot read the job key from Secret Manager ({version}): HTTP {exc.code}") from None
         except (OSError, ValueError, KeyError) as exc:
             if attempt == 3:
-                raise Unreadable(f"cannot read the job key from Secret Manager ({name}): {exc}") from None
+                raise Unreadable(f"cannot read the job key from Secret Manager ({version}): {exc}") from None
         time.sleep(1 + 2 * attempt)
-    raise Unreadable(f"cannot read the job key from Secret Manager ({name})")
+        attempt += 1
 
 
 # -- the bucket -----------------------------------------------------------------------------------------
@@ -133,8 +182,10 @@ class Bucket:
     """Objects of one bucket through Cloud Storage's JSON API, as the VM's service account (anonymous
     against an emulator: ``$STORAGE_EMULATOR_HOST``)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, say: Any = print) -> None:
+        """``say``: where a wait for access to the bucket is said (the console)."""
         self.name = name
+        self.say = say
         host = os.environ.get("STORAGE_EMULATOR_HOST", "")
         if host and "://" not in host:
             host = "http://" + host
@@ -151,16 +202,19 @@ class Bucket:
         url = f"{self.endpoint}/storage/v1/b/{urllib.parse.quote(self.name, safe='')}/o/{quoted}?alt=media"
         where = f"gs://{self.name}/{name}"
         deadline, delay = time.monotonic() + RETRY_SECONDS, 1.0
+        waiting = IamWait(f"reading {where}", self.say)  # `nbburst setup` may have granted the bucket just now
         while True:
             try:
                 return urllib.request.urlopen(urllib.request.Request(url, headers=self._headers()), timeout=120)
             except urllib.error.HTTPError as exc:
                 if exc.code == 404:
                     raise Unreadable(f"cannot read {where}: it does not exist") from None
+                if exc.code == 403 and waiting.again("HTTP 403"):
+                    continue
                 if exc.code in (401, 403):
                     raise Unreadable(
-                        f"cannot read {where}: permission denied ({exc.code}); the VM's service account needs "
-                        f"read/write access to gs://{self.name}"
+                        f"cannot read {where}: permission denied ({exc.code}){waiting.waited()}; the VM's service "
+                        f"account needs read/write access to gs://{self.name}"
                     ) from None
                 if exc.code < 500 and exc.code != 429:
                     raise Unreadable(f"cannot read {where}: HTTP {exc.code}") from None
