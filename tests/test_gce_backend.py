@@ -74,7 +74,7 @@ def test_quickstart_notebook_runs_on_a_spot_vm(gce_env, compute_emulator, secret
     assert all(key not in value for value in items.values())  # the key is not in the metadata: its secret is
     vm_account = f"serviceAccount:{compute_emulator.default_service_account}"
     accesses = [r for r in secretmanager_emulator.requests if r[1].endswith(":access")]
-    assert items["nbburst-key-secret"].endswith(f"/secrets/nbburst-key-{job.id}") and accesses
+    assert items["nbburst-key-secret"].endswith(f"/secrets/nbburst-key-{job.id}/versions/1") and accesses
     assert {who for _, _, who in accesses} == {vm_account}  # read by the VM, as its service account
     store = burst.store_for("gce")
     assert all(key.encode() not in store.get(k) for k in store.list(job.layout.prefix))  # not in the Store
