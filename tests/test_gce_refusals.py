@@ -236,3 +236,55 @@ def test_boot_disk_fits_the_machine_family_and_the_image(gce_env, compute_emulat
     assert context.boot_disk(ZONE, "n2-standard-4", dlvm).initialize_params.disk_type.endswith("/pd-balanced")
     with pytest.raises(UsageError, match=r"c4a-standard-4 runs ARM64 images but .* is X86_64: use an Arm image"):
         Burst().machines("gce").plan(Resources(machine_type="c4a-standard-4"))
+
+
+# -- 6. nbburst doctor: APIs, network, addresses and disks -------------------------------------------------------
+def doctor_out(capsys, ok=True):
+    from nbburst.ui.cli import main
+
+    assert (main(["doctor"]) == 0) is ok
+    return " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+
+
+def test_doctor_checks_apis_network_addresses_and_disks(gce_env, compute_emulator, capsys, monkeypatch):
+    out = doctor_out(capsys)
+    assert "apis: on in project nbburst-test: compute.googleapis.com, storage.googleapis.com" in out
+    assert "network: network default, subnetwork default in us-central1; VMs get an external IP" in out
+    assert "in use addresses quota: room in us-central1 for an external IP" in out
+    assert "ssd total gb quota: room in us-central1 for a 50 GB pd-balanced boot disk" in out
+
+    compute_emulator.set_service("secretmanager.googleapis.com", False)
+    compute_emulator.set_quota("IN_USE_ADDRESSES", 0)
+    out = doctor_out(capsys, ok=False)
+    assert "apis: off in project nbburst-test: secretmanager.googleapis.com" in out
+    assert "gcloud services enable secretmanager.googleapis.com --project nbburst-test" in out
+    assert "it needs 1 IN_USE_ADDRESSES" in out and "external_ip=false" in out
+    compute_emulator.set_service("secretmanager.googleapis.com", True)
+
+    monkeypatch.setenv("NBBURST_EXTERNAL_IP", "false")
+    out = doctor_out(capsys, ok=False)
+    assert "the subnetwork has no Private Google Access" in out
+    assert (
+        "gcloud compute networks subnets update default --region us-central1 --enable-private-ip-google-access" in out
+    )
+    assert "in use addresses quota: not needed" in out
+
+    compute_emulator.add_network("corp", subnetworks={"us-central1": {"corp-us": True}})
+    monkeypatch.setenv("NBBURST_NETWORK", "corp")
+    out = doctor_out(capsys, ok=False)
+    assert "network corp is a custom-mode network: a VM on it needs a subnetwork of us-central1" in out
+    monkeypatch.setenv("NBBURST_SUBNETWORK", "corp-us")
+    out = doctor_out(capsys)
+    assert "network: network corp, subnetwork corp-us in us-central1: no external IP, Private Google Access on" in out
+
+    monkeypatch.setenv("NBBURST_NETWORK", "nope")
+    assert "network nope does not exist in project nbburst-test" in doctor_out(capsys, ok=False)
+
+
+def test_compute_api_off_is_refused_as_google_refuses_it(gce, compute_emulator):
+    compute_emulator.set_service("compute.googleapis.com", False)
+    with pytest.raises(
+        exceptions.Forbidden, match="Compute Engine API has not been used in project .* or it is disabled"
+    ):
+        gce.insert(instance("vm-a"))
+    assert compute_emulator.instances() == []

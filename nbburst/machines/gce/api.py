@@ -409,25 +409,81 @@ class ComputeAPI:
         return self.call("reading the project", self.client("ProjectsClient").get, project=self.project, timeout=30)
 
     def quota_shortfall(
-        self, zone: str, machine: gce_types.MachineType, gpu: str | None, gpu_count: int, spot: bool, count: int = 1
+        self,
+        zone: str,
+        machine: gce_types.MachineType,
+        gpu: str | None,
+        gpu_count: int,
+        spot: bool,
+        count: int = 1,
+        external_ips: int = 0,
+        ssd_gb: int = 0,
     ) -> gce_quota.Shortfall | None:
         """The first quota (the region of ``zone``'s, then the project's) without room for ``count`` more such
-        VMs."""
+        VMs, each with ``external_ips`` external IPs and ``ssd_gb`` GB of SSD disk."""
         region = pricing.region_of(zone)
         regional = self.region(region, "reading quotas").quotas
-        found = gce_quota.shortfall(regional, [], region, machine, gpu, gpu_count, spot, count)
+        needs = (machine, gpu, gpu_count, spot, count, external_ips, ssd_gb)
+        found = gce_quota.shortfall(regional, [], region, *needs)
         if found is None:  # the project-wide quotas only when the region has room: one request fewer
             project_wide = self.project_resource().quotas
-            found = gce_quota.shortfall(regional, project_wide, region, machine, gpu, gpu_count, spot, count)
+            found = gce_quota.shortfall(regional, project_wide, region, *needs)
         return found
 
     def quota_problem(
-        self, zone: str, machine: gce_types.MachineType, gpu: str | None, gpu_count: int, spot: bool, count: int = 1
+        self,
+        zone: str,
+        machine: gce_types.MachineType,
+        gpu: str | None,
+        gpu_count: int,
+        spot: bool,
+        count: int = 1,
+        external_ips: int = 0,
+        ssd_gb: int = 0,
     ) -> str | None:
         """Why there is no room for ``count`` more such VMs in the region of ``zone`` or in the project (naming
         the quota and where to raise it), or None."""
-        found = self.quota_shortfall(zone, machine, gpu, gpu_count, spot, count)
+        found = self.quota_shortfall(zone, machine, gpu, gpu_count, spot, count, external_ips, ssd_gb)
         return found.message(self.project, self.quota_link(found.metric)) if found else None
+
+    # -- networks and the project's APIs --------------------------------------------------------------------------
+    def network(self, name: str) -> Any:
+        """The VPC network ``name`` (a name or a path) of this project; NotFound when it does not exist."""
+        return self.call(
+            "reading the network", self.client("NetworksClient").get, project=self.project, network=resource_name(name)
+        )
+
+    def subnetwork(self, region: str, name: str) -> Any:
+        """The subnetwork ``name`` (a name or a path) of ``region``; NotFound when it does not exist."""
+        return self.call(
+            "reading the subnetwork",
+            self.client("SubnetworksClient").get,
+            project=self.project,
+            region=region,
+            subnetwork=resource_name(name),
+        )
+
+    def service_enabled(self, service: str) -> bool:
+        """Whether the API ``service`` (``compute.googleapis.com``...) is on in this project, as Service Usage says
+        (https://cloud.google.com/service-usage/docs/reference/rest/v1/services/get; the emulator serves it too)."""
+        if self.endpoint:
+            import requests
+
+            session: Any = requests.Session()
+            base = self.endpoint
+        else:
+            from google.auth.transport.requests import AuthorizedSession
+
+            session, base = AuthorizedSession(self.credentials()), "https://serviceusage.googleapis.com"
+        resp = self.call(
+            f"asking Service Usage about {service}",
+            session.get,
+            f"{base}/v1/projects/{self.project}/services/{service}",
+            timeout=30,
+        )
+        if resp.status_code >= 400:
+            raise BurstError(f"Service Usage answered {resp.status_code} for {service}: {resp.text[:300]}")
+        return resp.json().get("state") == "ENABLED"
 
     # -- images -----------------------------------------------------------------------------------------------
     def lookup_image(self, project: str, name: str, family: bool, source: str) -> tuple[str, str | None, str]:

@@ -1,8 +1,10 @@
 """``nbburst doctor`` for the gce backend: what is set up, what is missing, and how to fix it.
 
-Credentials, project and zone, the Compute API, the bucket and who may use it (these credentials, the VMs'
-scopes and service account: :mod:`~nbburst.machines.gce.access`), the spot and standard quotas of the region
-and of the project (:mod:`~nbburst.machines.gce.quota`), and the image.
+Credentials, project and zone, the Compute API, the APIs a job uses (Compute, Storage, Secret Manager, Cloud
+Billing), the bucket and who may use it (these credentials, the VMs' scopes and service account:
+:mod:`~nbburst.machines.gce.access`), the network and subnetwork (with no external IP, Private Google Access), the
+spot and standard quotas of the region and of the project (:mod:`~nbburst.machines.gce.quota`), the external
+addresses and SSD disk a VM takes, and the image.
 
 Read-only: it lists and reads (credentials, zone, bucket, quotas, image) and never creates anything
 that costs money. It reads through the public names of :class:`~nbburst.machines.gce.context.GCEContext` (the
@@ -15,9 +17,12 @@ from __future__ import annotations
 from typing import Any
 
 from ... import config
+from ...errors import BurstError
 from ...protocol import pricing
 from ...protocol.job import Resources
 from ..base import Check
+from . import api as gce_api
+from . import quota as gce_quota
 from . import types as gce_types
 from .context import GCEContext
 
@@ -67,10 +72,13 @@ def doctor(context: GCEContext, resources: Resources | None = None) -> list[Chec
         return zones
 
     zones = check("compute api", compute_api)
+    check("apis", lambda: checks.extend(_apis(context)))
     check("bucket", lambda: checks.extend(_bucket(context)))
     if not zones:
         return checks
     res = resources or Resources()
+    check("network", lambda: checks.append(_network(context, pricing.region_of(zones[0]))))
+    check("addresses and disks", lambda: checks.extend(_addresses_and_disks(context, pricing.region_of(zones[0]))))
 
     def quota() -> None:
         plan_zone = zones[0]
@@ -114,6 +122,113 @@ def doctor(context: GCEContext, resources: Resources | None = None) -> list[Chec
 
     check("image", image)
     return checks
+
+
+#: The APIs a job uses: its VMs (Compute Engine), its Store (Cloud Storage), its key (Secret Manager) and its
+#: prices (Cloud Billing, read for live prices; the dated table serves without it).
+APIS = {
+    "compute.googleapis.com": False,
+    "storage.googleapis.com": False,
+    "secretmanager.googleapis.com": False,
+    "cloudbilling.googleapis.com": True,  # a warning only
+}
+
+
+def _apis(context: GCEContext) -> list[Check]:
+    """Whether each API a job uses is on in the project (Service Usage); a warning when that cannot be read."""
+    api = context.api
+    try:
+        off = [name for name in APIS if not api.service_enabled(name)]
+    except BurstError as exc:
+        return [Check("apis", False, f"not checked: {exc}", warning=True, fix="roles/serviceusage.serviceUsageViewer")]
+    if not off:
+        return [Check("apis", True, f"on in project {api.project}: {', '.join(APIS)}")]
+    return [
+        Check(
+            "apis",
+            False,
+            f"off in project {api.project}: {', '.join(off)}",
+            warning=all(APIS[name] for name in off),
+            fix=f"gcloud services enable {' '.join(off)} --project {api.project}",
+        )
+    ]
+
+
+def _network(context: GCEContext, region: str) -> Check:
+    """The VMs' network and their subnetwork in ``region``: they exist, a custom-mode network has a subnetwork
+    named, and VMs without an external IP reach Google's APIs through Private Google Access
+    (https://cloud.google.com/vpc/docs/private-google-access) and packages through Cloud NAT or a mirror."""
+    from google.api_core import exceptions as gexc
+
+    settings, api = context.settings, context.api
+    name = gce_api.resource_name(settings.network or "default")
+    try:
+        network = api.network(name)
+    except gexc.NotFound:
+        return Check(
+            "network",
+            False,
+            f"network {name} does not exist in project {api.project}",
+            fix="set c.NBBurst.network to one of `gcloud compute networks list`",
+        )
+    sub = settings.subnetwork or (network.name if network.auto_create_subnetworks else "")
+    if not sub:
+        return Check(
+            "network",
+            False,
+            f"network {name} is a custom-mode network: a VM on it needs a subnetwork of {region}",
+            fix=f"set c.NBBurst.subnetwork to one of `gcloud compute networks subnets list --network {name} "
+            f"--regions {region}`",
+        )
+    try:
+        subnet = api.subnetwork(region, sub)
+    except gexc.NotFound:
+        return Check(
+            "network",
+            False,
+            f"subnetwork {gce_api.resource_name(sub)} does not exist in {region}",
+            fix=f"set c.NBBurst.subnetwork to one of `gcloud compute networks subnets list --regions {region}`",
+        )
+    where = f"network {name}, subnetwork {subnet.name} in {region}"
+    if settings.external_ip:
+        return Check("network", True, f"{where}; VMs get an external IP (c.NBBurst.external_ip)")
+    if not subnet.private_ip_google_access:
+        return Check(
+            "network",
+            False,
+            f"{where}: VMs have no external IP (external_ip is off) and the subnetwork has no Private Google "
+            "Access, so they cannot reach Cloud Storage or Secret Manager",
+            fix=f"gcloud compute networks subnets update {subnet.name} --region {region} "
+            "--enable-private-ip-google-access; and for packages Cloud NAT on the network (`gcloud compute routers "
+            "nats create`) or an index mirror (UV_DEFAULT_INDEX)",
+        )
+    return Check(
+        "network",
+        True,
+        f"{where}: no external IP, Private Google Access on (packages need Cloud NAT or an index mirror)",
+    )
+
+
+def _addresses_and_disks(context: GCEContext, region: str) -> list[Check]:
+    """Room in the region for one more VM's external IP (IN_USE_ADDRESSES) and boot disk (SSD_TOTAL_GB)."""
+    settings, api = context.settings, context.api
+    regional = api.region(region, "reading quotas").quotas
+    out = []
+    for metric, need, what in (
+        ("IN_USE_ADDRESSES", 1 if settings.external_ip else 0, "an external IP"),
+        ("SSD_TOTAL_GB", int(settings.disk_gb), f"a {settings.disk_gb} GB pd-balanced boot disk"),
+    ):
+        name = f"{metric.lower().replace('_', ' ')} quota"
+        if not need:
+            out.append(Check(name, True, "not needed: VMs get no external IP (external_ip is off)"))
+            continue
+        short = gce_quota.room(regional, region, metric, need)
+        if short:
+            link = api.quota_link(metric)
+            out.append(Check(name, False, short.message(api.project, link), fix=f"request more quota: {link}"))
+        else:
+            out.append(Check(name, True, f"room in {region} for {what}"))
+    return out
 
 
 def _bucket(context: GCEContext) -> list[Check]:

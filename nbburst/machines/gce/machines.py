@@ -168,7 +168,16 @@ class GCEMachines(Machines):
         self.context.check_python(image, image_python)
         disk_gb = self.context.boot_disk_gb(choice.machine.name, image)
         vms = 1 + (resources.workers or 0)  # --workers: the job's VM and its worker VMs, all alike
-        problem = self.api.quota_problem(zone, choice.machine, choice.gpu, choice.gpu_count, spot, count=vms)
+        problem = self.api.quota_problem(
+            zone,
+            choice.machine,
+            choice.gpu,
+            choice.gpu_count,
+            spot,
+            count=vms,
+            external_ips=1 if self.settings.external_ip else 0,
+            ssd_gb=disk_gb if gce_types.boot_disk_type(choice.machine.name) == "pd-balanced" else 0,
+        )
         if problem:
             raise UsageError(problem)
         py = f"Python {image_python}" if image_python else "Python version not labelled; the agent checks it"

@@ -12,7 +12,9 @@ refused before anything is paid for, with the metric to raise. A VM counts again
   ``regions.get`` does not list (Compute Engine's metric enum has only their PREEMPTIBLE_ and COMMITTED_
   forms): a missing ``NVIDIA_H100_GPUS`` is left for the insert to judge;
 * project-wide, spot or not: ``CPUS_ALL_REGIONS`` and ``GPUS_ALL_REGIONS``, which new projects often hold at
-  32 vCPUs and 0 GPUs.
+  32 vCPUs and 0 GPUs;
+* regional ``IN_USE_ADDRESSES``, one for each external IP (8 in a new region), and ``SSD_TOTAL_GB`` for its
+  pd-balanced boot disk (https://cloud.google.com/compute/resource-usage).
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ class Shortfall:
         advice = "Ask for fewer GPUs" if self.metric.endswith("_GPUS") else "Ask for fewer cores"
         if self.metric.startswith("PREEMPTIBLE_"):
             advice += "; or --on-demand (standard quota)"
+        if self.metric == "IN_USE_ADDRESSES":
+            advice = "Give VMs no external IP (`%burst config external_ip=false`)"
+        if self.metric == "SSD_TOTAL_GB":
+            advice = "Ask for a smaller boot disk (c.NBBurst.disk_gb)"
         if self.metric == PROJECT_GPUS and not self.limit:
             advice = f"The project can run no GPU at all until {PROJECT_GPUS} is raised (new projects have 0)"
         where = f"all regions of project {project}" if self.where == "all regions" else self.where
@@ -74,9 +80,12 @@ def shortfall(
     gpu_count: int,
     spot: bool,
     count: int = 1,
+    external_ips: int = 0,
+    ssd_gb: int = 0,
 ) -> Shortfall | None:
     """The first quota (of ``regional`` then ``project_wide``, the API's lists) without room for ``count`` more
-    such VMs (a ``--workers N`` job needs N + 1), or None."""
+    such VMs (a ``--workers N`` job needs N + 1), each with ``external_ips`` external IPs and ``ssd_gb`` GB of SSD
+    disk, or None."""
     quotas = _listed(regional)
     pre = quotas.get("PREEMPTIBLE_CPUS")
     spot_quota = spot and pre is not None and pre[0] > 0
@@ -91,6 +100,10 @@ def shortfall(
         if spot and preemptible is not None and preemptible[0] > 0:
             metric = "PREEMPTIBLE_" + metric
         regional_needs[metric] = gpus
+    if external_ips:
+        regional_needs["IN_USE_ADDRESSES"] = external_ips * count
+    if ssd_gb:
+        regional_needs["SSD_TOTAL_GB"] = ssd_gb * count
     for metric, need in regional_needs.items():
         if metric not in quotas:
             if metric.endswith("_GPUS") and metric not in UNLISTED_GPU_QUOTAS:
@@ -106,6 +119,13 @@ def shortfall(
             if found:
                 return found
     return None
+
+
+def room(regional: Any, region: str, metric: str, need: float) -> Shortfall | None:
+    """Whether the region's quota ``metric`` (of ``regional``, the API's list) has room for ``need`` more: its
+    Shortfall, or None (also when the region lists no such quota)."""
+    quota = _listed(regional).get(metric)
+    return _check(metric, region, need, quota, False, False, 1) if quota else None
 
 
 def _check(

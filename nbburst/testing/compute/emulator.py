@@ -122,6 +122,8 @@ class ComputeEmulator(LifecycleMixin):
         for constraint, allowed in (org_policies or {}).items():
             self.set_org_policy(constraint, allowed)
         self._networks: dict[tuple[str, str], cat.Network] = {}
+        #: APIs turned off in the project (Service Usage, see :meth:`set_service`); every other one is on.
+        self.disabled_services: set[str] = set()
         self._instances: dict[tuple[str, str, str], Instance] = {}
         self._ops: dict[tuple[str, str, str], dict] = {}
         self._request_ids: dict[tuple[str, str], tuple[str, str, str]] = {}
@@ -313,6 +315,39 @@ class ComputeEmulator(LifecycleMixin):
     def clear_org_policy(self, constraint: str) -> None:
         with self._lock:
             self.org_policies.pop(constraint.removeprefix("constraints/"), None)
+
+    def set_service(self, name: str, enabled: bool) -> None:
+        """Turn an API of the project on or off (``compute.googleapis.com``...): Service Usage reports it, and a
+        Compute request while Compute Engine's API is off answers 403 accessNotConfigured as Google does."""
+        with self._lock:
+            (self.disabled_services.discard if enabled else self.disabled_services.add)(name)
+
+    def api_service(self, project: str, name: str) -> dict:
+        """services.get of Service Usage (https://cloud.google.com/service-usage/docs/reference/rest/v1/services/get)."""
+        number = cat.project_number(project)
+        with self._lock:
+            state = "DISABLED" if name in self.disabled_services else "ENABLED"
+        return {
+            "name": f"projects/{number}/services/{name}",
+            "parent": f"projects/{number}",
+            "config": {"name": name},
+            "state": state,
+        }
+
+    def check_compute_enabled(self, project: str) -> None:
+        """403 accessNotConfigured when the project's Compute Engine API is off, with Google's message
+        (https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-api#api_not_enabled)."""
+        if "compute.googleapis.com" in self.disabled_services:
+            number = cat.project_number(project)
+            raise ComputeError(
+                403,
+                "accessNotConfigured",
+                f"Compute Engine API has not been used in project {number} before or it is disabled. Enable it by "
+                f"visiting https://console.developers.google.com/apis/api/compute.googleapis.com/overview?project="
+                f"{number} then retry. If you enabled this API recently, wait a few minutes for the action to "
+                "propagate to our systems and retry.",
+                domain="usageLimits",
+            )
 
     def add_network(
         self,

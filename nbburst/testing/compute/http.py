@@ -10,6 +10,7 @@ Control endpoints (JSON bodies, all optional fields):
     POST /emulator/projects/P/zones/Z/instances/N/poweroff     {"reboot": false, "boot": 3}
     POST /emulator/zones/Z/capacity                      {"available": false, "machineTypes": ["n2-"],
                                                           "onInsert": false}
+    POST /emulator/services                              {"name": "compute.googleapis.com", "enabled": false}
     POST /emulator/org-policies                          {"constraint": "compute.vmExternalIpAccess",
                                                           "allowed": [...], "enforced": true}
     POST /emulator/quotas                                {"metric": "CPUS", "limit": 8, "region": ...}
@@ -304,6 +305,12 @@ def _delete_operation(emu, a, q, b):
     return {}
 
 
+# ---- Service Usage API (the stand-in): which APIs the project has on -------------------------------------
+@route("GET", r"/v1/projects/(?P<project>[^/]+)/services/(?P<service>[^/]+)")
+def _service(emu, a, q, b):
+    return emu.api_service(a["project"], a["service"])
+
+
 # ---- Cloud Billing Catalog API (the stand-in) -----------------------------------------------------
 @route("GET", r"/v1/services/(?P<service>[^/]+)/skus")
 def _skus(emu, a, q, b):
@@ -360,6 +367,12 @@ def _control_capacity(emu, a, q, b):
     emu.set_zone_capacity(
         a["zone"], bool(b.get("available", False)), b.get("machineTypes"), on_insert=bool(b.get("onInsert"))
     )
+    return {"ok": True}
+
+
+@route("POST", r"/emulator/services")
+def _control_services(emu, a, q, b):
+    emu.set_service(b["name"], bool(b.get("enabled", True)))
     return {"ok": True}
 
 
@@ -469,6 +482,8 @@ class _Handler(BaseHTTPRequestHandler):
             if match:
                 known_path = True
                 if m == method:
+                    if path.startswith("/compute/v1/projects/"):
+                        emu.check_compute_enabled(match.group("project"))
                     return fn(emu, match.groupdict(), query, body)  # type: ignore[operator]
         if known_path:
             raise ComputeError(405, "methodNotAllowed", f"Method {method} is not allowed on {path}")
