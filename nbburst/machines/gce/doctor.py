@@ -200,12 +200,12 @@ def _network(context: GCEContext, region: str) -> Check:
             "Access, so they cannot reach Cloud Storage or Secret Manager",
             fix=f"gcloud compute networks subnets update {subnet.name} --region {region} "
             "--enable-private-ip-google-access; and for packages Cloud NAT on the network (`gcloud compute routers "
-            "nats create`) or an index mirror (UV_DEFAULT_INDEX)",
+            "nats create`) or a baked image (`nbburst image build`)",
         )
     return Check(
         "network",
         True,
-        f"{where}: no external IP, Private Google Access on (packages need Cloud NAT or an index mirror)",
+        f"{where}: no external IP, Private Google Access on (packages need Cloud NAT or a baked image)",
     )
 
 
