@@ -454,6 +454,8 @@ def fingerprint(value: Any) -> str | None:
     """Content fingerprint of ``value`` (xxh3 of its pickle); None for values that cannot change in place."""
     if isinstance(value, (*IMMUTABLE, types.ModuleType)):
         return None
+    if views.plain_array(value) and value.dtype.itemsize:  # as its bytes lie: a Figure holds thousands of arrays
+        return _array_fingerprint(value)
     buffers: list[pickle.PickleBuffer] = []
     out = io.BytesIO()
     try:
@@ -461,6 +463,17 @@ def fingerprint(value: Any) -> str | None:
     except Exception:
         return None  # cannot be pickled: cannot come back either
     return payload.fingerprint([out.getbuffer(), *(b.raw() for b in buffers)])
+
+
+def _array_fingerprint(array: Any) -> str:
+    """An array's fingerprint without a pickler: its dtype, shape and memory order, then its bytes (copied only
+    when they are not contiguous)."""
+    import numpy as np
+
+    order = "F" if array.flags.f_contiguous and not array.flags.c_contiguous else "C"
+    data = array.T if order == "F" else np.ascontiguousarray(array)
+    head = repr((array.dtype.descr, array.shape, order)).encode()
+    return payload.fingerprint([memoryview(head), memoryview(data.reshape(-1).view(np.uint8))])
 
 
 # -- many values ----------------------------------------------------------------------------------
