@@ -7,6 +7,9 @@
                                               vs. the same cell run plainly          target <= 3x
 (e) the cells of a real notebook, each under %%burst (a new machine per cell): the median added seconds
     and the median per-cell ratio               vs. the same cells run plainly in a kernel (informative)
+(f)-(k) a warm session beside ipyparallel and Dask (bench/warm.py)
+(l), (m) a 2-D and a 3-D Figure from an earlier cell shown again as the Out, on a new machine and on a session
+                                              vs. a cell moving the same bytes      (bench/figures.py)
 
 Each measurement is a function of the shared :class:`Bench` that returns :class:`Row` s; a row holds the
 seconds of every system measured on the same workload (today only ``%%burst``), each printed as its own
@@ -238,7 +241,21 @@ def warm_session(bench: Bench) -> list[Row]:
     return measure(bench, Row)
 
 
-MEASUREMENTS: list[Callable[[Bench], list[Row]]] = [empty_cell, big_input, mutated_input, notebook, warm_session]
+def figure_out(bench: Bench) -> list[Row]:
+    """(l), (m) a Figure shown again as a cell's Out, beside a cell that moves the same bytes (bench/figures.py)."""
+    from figures import measure
+
+    return measure(bench, Row)
+
+
+MEASUREMENTS: list[Callable[[Bench], list[Row]]] = [
+    empty_cell,
+    big_input,
+    mutated_input,
+    notebook,
+    warm_session,
+    figure_out,
+]
 
 
 def table(rows: list[Row]) -> str:

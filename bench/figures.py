@@ -1,0 +1,163 @@
+"""A Figure drawn in one cell and shown again as a later cell's Out, side by side in one run.
+
+``ax.legend(['a']); fig`` on a 2-D axes, ``ax.view_init(60, 35); fig`` on a 3-D surface: each round runs
+the cell plainly in this process (as the kernel does: the cell, then its Out drawn to PNG by the shell's
+display formatter), under %%burst on a new machine and on a warm session, and beside each a cell that moves
+the same bytes with no Figure in it (the Figure's pickle up and back, its PNG's size back, after importing
+pyplot there too). Its object graph (thousands of small objects, cycles) once cost minutes to fingerprint
+object by object; what is left grows with the graph's objects, a few passes over them (the input's
+fingerprint as it arrives and after the cell, its pickle both ways), where the same bytes in one buffer cost
+next to nothing: each row's ratio is the figure cell's added seconds over the same-bytes cell's.
+
+(l) a 2-D figure shown again as the Out    (informative)
+(m) a 3-D figure shown again as the Out    (informative)
+
+Run alone: python bench/figures.py [--repeat 5]; bench/overhead.py runs it too (its rows join that table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+SESSION = "session"
+FIGURES = {
+    "2-D": (
+        "import numpy as np\nimport matplotlib.pyplot as plt\nx = np.linspace(0, 10, 200)\n"
+        "fig, ax = plt.subplots()\nax.plot(x, np.sin(x))\nax.scatter(x[::10], np.cos(x[::10]))",
+        "ax.legend(['a'])\nfig",
+    ),
+    "3-D": (
+        "import numpy as np\nimport matplotlib.pyplot as plt\n"
+        "x, y = np.meshgrid(np.linspace(-2, 2, 40), np.linspace(-2, 2, 40))\nfig = plt.figure()\n"
+        "ax = fig.add_subplot(projection='3d')\nax.plot_surface(x, y, np.exp(-x**2 - y**2))",
+        "ax.view_init(60, 35)\nfig",
+    ),
+}
+
+
+def kernel_like() -> Any:
+    """This process's IPython shell with the inline backend, as a notebook's kernel has them: the figure
+    formats a burst cell's machine is to draw its Out with come from here."""
+    os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    import matplotlib.pyplot as plt
+
+    plt.close(plt.figure())  # the backend's import configures the shell's formatters
+    return shell
+
+
+def plain(shell: Any, code: str, ns: dict[str, Any]) -> dict[str, Any]:
+    """The cell as the kernel runs it: its statements, then its last expression's Out drawn by the shell."""
+    *body, last = code.splitlines()
+    exec("\n".join(body), ns)
+    data, _ = shell.display_formatter.format(eval(last, ns))
+    return data
+
+
+def sizes(shell: Any, code: str, ns: dict[str, Any]) -> tuple[int, int]:
+    """(the bytes of the Figure's pickle, the bytes of its PNG): what a %%burst cell of it moves."""
+    import cloudpickle
+
+    data = plain(shell, code, ns)
+    return len(cloudpickle.dumps(ns["fig"])), len(data["image/png"])
+
+
+def figure(shell: Any, setup: str) -> dict[str, Any]:
+    """The namespace after the cell that drew the Figure (the kernel's inline backend closes it after the cell)."""
+    import matplotlib.pyplot as plt
+
+    ns: dict[str, Any] = {}
+    exec(setup, ns)
+    plt.close("all")
+    return ns
+
+
+def measure(bench: Any, Row: Any) -> list[Any]:
+    """(l), (m) on ``bench``'s Burst client (bench/overhead.py's :class:`Bench`): seconds of each cell on each
+    system; each row's ratio is the figure cell's added seconds over the same-bytes cell's, round by round."""
+    sys.path.insert(0, str(HERE))
+    from overhead import BURST
+    from warm import rounds
+
+    shell = kernel_like()
+    repeat = max(bench.args.repeat, 3)
+    burst = bench.burst
+    burst.sessions.start("figures", cores=1, idle="30m", timeout="2h", preload=[])
+    rows = []
+    try:
+        for letter, (kind, (setup, code)) in zip("lm", FIGURES.items(), strict=True):
+            ns = figure(shell, setup)
+            pickled, png = sizes(shell, code, dict(ns))
+            alike = f"import matplotlib.pyplot\nblob[0] ^= 1\npng = bytes({png})"
+            session = burst.options(session="figures")
+
+            def on(options: Any, cell: str, values: dict[str, Any]) -> Callable[[], None]:
+                return lambda: _round_trip(burst, cell, dict(values), options)
+
+            times = rounds(
+                {
+                    "plain": lambda code=code, ns=ns: plain(shell, code, dict(ns)),
+                    BURST: on(bench.opts, code, ns),
+                    "alike": on(bench.opts, alike, {"blob": bytearray(pickled)}),
+                    SESSION: on(session, code, ns),
+                    "alike on a session": on(session, alike, {"blob": bytearray(pickled)}),
+                },
+                repeat,
+            )
+            for system, samples in times.items():
+                print(f"{kind:>4} {system:>18}: " + " ".join(f"{t:.3f}" for t in samples))
+            print(f"{kind:>4} moves a {pickled / 1e3:.0f} kB pickle both ways and a {png / 1e3:.0f} kB PNG back")
+            plains = times["plain"]
+            row = Row(f"({letter}) a {kind} figure as the Out again", "the cell run plainly", 0.0, None)
+            row.baseline_s = statistics.median(plains)
+            for system, alike_system in ((BURST, "alike"), (SESSION, "alike on a session")):
+                ratios = [
+                    (f - p) / max(a, 1e-3) for f, p, a in zip(times[system], plains, times[alike_system], strict=True)
+                ]
+                row.add(system, statistics.median(times[system]), statistics.median(ratios))
+            rows.append(row)
+    finally:
+        burst.sessions.stop("figures")
+    return rows
+
+
+def _round_trip(burst: Any, code: str, ns: dict[str, Any], options: Any) -> None:
+    """A %%burst cell from submission until its values are in ``ns``."""
+    from nbburst.client.capture import capture
+
+    job = burst.submit_cell(code, capture(code, ns), options)
+    job.wait()
+    job.outcome(ns).merge_into(ns)
+
+
+def main() -> None:
+    sys.path.insert(0, str(HERE))
+    from overhead import Bench, Row, table
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="nbburst-figures-")
+    try:
+        t = time.perf_counter()
+        print(table(measure(Bench(args, work).start(), Row)))
+        print(f"({time.perf_counter() - t:.0f} s in all)")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        os.environ.pop("NBBURST_ROOT", None)
+
+
+if __name__ == "__main__":
+    main()
