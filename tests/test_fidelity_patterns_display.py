@@ -144,8 +144,8 @@ def test_the_kernels_figure_formats_hold_on_the_machine_and_come_back(burst_env,
     assert [o[:2] for o in shown["outputs"]] == [("execute_result", ("image/png", "text/plain"))]
 
 
-# A shell line names files of the kernel's folder (one a burst cell wrote there too): the machine has them, and
-# `!` leaves its exit status in _exit_code, in %%bash, %sx and `x = !cmd` as much as in `!cmd`.
+# A shell line (`!cmd`, `x = !cmd`, %sx, %%bash, an alias such as %cat) names files of the kernel's folder, one a
+# burst cell wrote there too: the machine has them; `!` and the aliases leave their exit status in _exit_code.
 SHELL = [
     "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 2])\nfig.savefig('plot.png')\n"
     "plt.close(fig)",
@@ -154,6 +154,7 @@ SHELL = [
     "%%bash\nwc -l < data.txt",
     "n = %sx wc -l data.txt\nprint(n)",
     "!grep -c --file=patterns.txt data.txt",
+    "%cat patterns.txt\nprint(_exit_code)",
 ]
 EXIT_CODE = ("%%burst\n!ls missing.txt 2>/dev/null", "print(_exit_code)")
 

@@ -25,8 +25,10 @@ _BINDING_MAGICS = {"capture"}
 _DYNAMIC_CALLS = {"exec", "eval", "globals", "vars", "locals"}
 #: What a ``!cmd`` line binds in the user namespace (IPython's ``system``): the command's exit status.
 EXIT_CODE = "_exit_code"
-#: Magics whose text is a shell's: ``%sx``/``%system`` lines, ``%%bash``/``%%sh``/``%%script`` cells.
-_SHELL_LINE_MAGICS = {"sx", "system"}
+#: IPython's aliases of shell commands (``%cat``, ``%ls``, ``%rm``...): run as ``!`` runs its line.
+_SHELL_ALIASES = {"cat", "cp", "ldir", "lf", "lk", "ll", "ls", "lx", "mkdir", "mv", "rm", "rmdir"}
+#: Magics whose text is a shell's: ``%sx``/``%system`` lines, the aliases, ``%%bash``/``%%sh``/``%%script`` cells.
+_SHELL_LINE_MAGICS = {"sx", "system", *_SHELL_ALIASES}
 _SHELL_CELL_MAGICS = {"bash", "sh", "script"}
 
 
@@ -76,9 +78,14 @@ def embedded(tree: ast.AST) -> Embedded:
             found.code.append(_transformed(code))
         if name in _BINDING_MAGICS:
             found.binds += [w for w in line.split() if not w.startswith("-")][:1]
-    if any(_shell_method(node) == "system" for node in ast.walk(tree)):
+    if any(_shell_method(node) == "system" or _magic_name(node) in _SHELL_ALIASES for node in ast.walk(tree)):
         found.binds.append(EXIT_CODE)
     return found
+
+
+def _magic_name(node: ast.AST) -> str:
+    call = _magic_call(node)
+    return call[0] if call is not None else ""
 
 
 def _shell_method(node: ast.AST) -> str | None:
@@ -96,7 +103,7 @@ def _shell_method(node: ast.AST) -> str | None:
 
 
 def shell_words(tree: ast.AST) -> list[str]:
-    """The words of the shell commands the cell runs (``!cmd``, ``x = !cmd``, ``%sx``, ``%%bash``/``%%sh``
+    """The words of the shell commands the cell runs (``!cmd``, ``x = !cmd``, ``%sx``, ``%cat``, ``%%bash``/``%%sh``
     cells), split as a shell splits them, and what follows ``=`` in an option (``--input=data.csv``): the
     files they name are the cell's inputs as much as the paths its Python writes."""
     commands = []
