@@ -68,9 +68,9 @@ def submit(burst: Burst, code: str, **options) -> Job:
 
 def nothing_left(job: Job) -> None:
     """No machine of the job (its own or a worker) is listed, and no process carries a marker of either."""
-    machines_gone(job.machines, job.id, timeout=15)
+    machines_gone(job.machines, job.id)
     for index in range(job.spec.resources.workers or 0):
-        wait_until(lambda i=index: not processes.marked(worker_id(job.id, i)), 10, what=f"worker {index} to end")
+        wait_until(lambda i=index: not processes.marked(worker_id(job.id, i)), 60, what=f"worker {index} to end")
     assert not processes.marked(job.id)
 
 
@@ -115,14 +115,14 @@ def test_preempted_worker_is_replaced_and_the_job_succeeds(burst_env):
     waiter = threading.Thread(target=lambda: job.wait(timeout=180))
     waiter.start()
     first = worker_name(job.id, 0)
-    wait_until(lambda: job.machines.describe(first).state == RUNNING, 30, what="worker 0")
-    wait_until(lambda: "joining" in job.machines.console(first), 60, what="worker 0 to join")
-    shown = wait_until(lambda: job.info()["workers"], 10, what="the workers in the job's summary")
+    wait_until(lambda: job.machines.describe(first).state == RUNNING, what="worker 0")
+    wait_until(lambda: "joining" in job.machines.console(first), 180, what="worker 0 to join")
+    shown = wait_until(lambda: job.info()["workers"], what="the workers in the job's summary")
     assert shown["count"] == 2 and shown["states"] == {RUNNING: 2} and shown["cost_usd"] == 0.0
     assert "2 workers (2 running)" in workers_html(shown, priced=False)
     pid = job.machines.describe(first).detail
     job.machines.preempt(first, 1.0)
-    wait_until(lambda: job.machines.describe(first).detail not in ("", pid), 60, what="worker 0 relaunched")
+    wait_until(lambda: job.machines.describe(first).detail not in ("", pid), 180, what="worker 0 relaunched")
     waiter.join(200)
     assert job.state == State.SUCCEEDED, (job.terminal(), job.logs())
     assert job.outcome().values["squares"] == [i * i for i in range(40)]
@@ -135,8 +135,8 @@ def test_a_preempted_job_machine_is_relaunched_and_its_workers_join_the_new_sche
     waiter = threading.Thread(target=lambda: job.wait(timeout=180))
     waiter.start()
     worker = worker_name(job.id, 0)
-    wait_until(lambda: "(attempt 1)" in job.machines.console(worker), 60, what="the worker to join attempt 1")
-    wait_until(lambda: job.state == State.RUNNING, 30, what="the cell to run")
+    wait_until(lambda: "(attempt 1)" in job.machines.console(worker), 180, what="the worker to join attempt 1")
+    wait_until(lambda: job.state == State.RUNNING, what="the cell to run")
     job.preempt(1.0)
     waiter.join(200)
     assert job.state == State.SUCCEEDED, (job.terminal(), job.logs())
