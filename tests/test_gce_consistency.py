@@ -134,3 +134,26 @@ def test_a_launch_that_fails_leaves_no_vm_and_no_key_secret(
     assert any(r[1].endswith(":addVersion") for r in secretmanager_emulator.requests)  # it was made...
     assert secretmanager_emulator.secret_ids() == []  # ...and is gone
     assert compute_emulator.instances() == []
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02)
+def test_a_vm_stopped_while_it_waits_for_iam_is_no_boot_failure(gce_env, compute_emulator, secretmanager_emulator):
+    from support.gce import PROJECT as COMPUTE_PROJECT
+    from support.gce import ZONE, Compute
+
+    secretmanager_emulator.iam_delay = 600.0  # it waits as long as the test lasts
+    burst = Burst()
+    job = submit(burst, print, "never runs", cores=2)
+    name = machine_name(job.id)
+    deadline = time.monotonic() + 120
+    while vmlib.IAM_WAIT not in compute_emulator.serial_output(name) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert f"nbburst-startup: {vmlib.IAM_WAIT}" in compute_emulator.serial_output(name)
+    compute = Compute(compute_emulator)
+    compute.wait(compute.instances.stop(project=COMPUTE_PROJECT, zone=ZONE, instance=name))
+    assert compute_emulator.wait_for_status(name, "TERMINATED", timeout=30) == "TERMINATED"
+    machines = burst.machines("gce")
+    assert machines.boot_failure(name) is None  # stopped while it waited: it may be started again
+    job.cancel()
+    machines.cleanup(name)
+    assert compute_emulator.wait_for_status(name, "DELETED", timeout=30) == "DELETED"
