@@ -104,7 +104,7 @@ def test_interrupt_detaches_and_cancel_stops_the_job(burst_env):
             "%%burst --name long\nimport time\nprint('working', flush=True)\ntime.sleep(120)\ny = 1",
             while_busy=interrupt_when_running,
         )
-        assert time.monotonic() - started < 30
+        assert time.monotonic() - started < 90  # well before the cell's 120 s: the interrupt detached it
         assert not [m for m in msgs if m["msg_type"] == "error"], "the interrupt detaches, it is not an error"
         out = text(msgs)
         assert "detached from job long" in out and "`%burst attach long`" in out and "`%burst cancel long`" in out
@@ -128,7 +128,7 @@ def test_cancel_from_the_view_and_config_magic(burst_env):
             "%%burst --detach --name doomed\nimport time\nprint('started', flush=True)\ntime.sleep(120)",
             "import time\nfrom nbburst.ui.view import live_view\n"
             "job = _\n"
-            "deadline = time.time() + 20\n"
+            "deadline = time.time() + 120\n"
             "while job.state.value != 'RUNNING' and time.time() < deadline:\n"
             "    time.sleep(0.1)\n"
             "live_view(job.id).cancel()  # what the Cancel button does\n"
