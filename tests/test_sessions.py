@@ -115,7 +115,7 @@ def test_a_crash_or_a_timeout_does_not_poison_the_next_cell(burst):
 def test_idle_ends_the_machine_and_the_next_cell_brings_it_back(burst):
     session = burst.sessions.start(cores=1, idle="1s", timeout="10m", preload=[])
     machines = burst.machines("local")
-    wait_until(lambda: machines.describe(session.machine).state == GONE, timeout=30, what="idle session ends")
+    wait_until(lambda: machines.describe(session.machine).state == GONE, timeout=120, what="idle session ends")
     ns: dict[str, Any] = {}
     job = run(burst, PARENT + "y = 7", ns)
     assert job.state == State.SUCCEEDED and ns["y"] == 7
@@ -127,7 +127,7 @@ def test_idle_ends_the_machine_and_the_next_cell_brings_it_back(burst):
 def test_the_hard_limit_ends_the_machine_and_later_cells_are_refused(burst):
     session = burst.sessions.start(cores=1, idle="10m", timeout="2s", preload=[])
     machines = burst.machines("local")
-    wait_until(lambda: machines.describe(session.machine).state == GONE, timeout=30, what="session at its limit")
+    wait_until(lambda: machines.describe(session.machine).state == GONE, timeout=120, what="session at its limit")
     with pytest.raises(SessionGone, match="time limit"):
         run(burst, "z = 1", {})
     assert burst.sessions.all() == []
@@ -211,7 +211,7 @@ def test_a_cancelled_cell_leaves_the_session_warm(burst):
     ns: dict[str, Any] = {}
     code = "import time\ntime.sleep(60)"
     job = burst.submit_cell(code, capture(code, ns, None), burst.options())
-    wait_until(lambda: job.state == State.RUNNING, timeout=60, what="the cell runs")
+    wait_until(lambda: job.state == State.RUNNING, timeout=120, what="the cell runs")
     assert job.cancel() == State.CANCELLED
     after = run(burst, PARENT + "c = 3", ns)
     assert after.state == State.SUCCEEDED and ns["c"] == 3
