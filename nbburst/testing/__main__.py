@@ -47,6 +47,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-grace", type=float, default=90.0)
     p.add_argument("--no-gcs", action="store_true", help="start only the Compute emulator")
     p.add_argument(
+        "--iam-delay",
+        type=float,
+        default=0.0,
+        help="seconds before a role granted on a secret or a bucket takes effect for a VM, as IAM propagates "
+        "(Google: about 2 minutes, sometimes 7 or more; default 0)",
+    )
+    p.add_argument(
+        "--latest-lag",
+        type=float,
+        default=0.0,
+        help="seconds before Secret Manager's alias `latest` names a new version (default 0)",
+    )
+    p.add_argument(
         "--env-file",
         metavar="PATH",
         help="write the environment to PATH, one KEY=VALUE a line (for docker --env-file, python-dotenv, "
@@ -117,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stop_grace=args.stop_grace,
     )
     gcs = None
-    secret_manager = SecretManagerEmulator(args.project)
+    secret_manager = SecretManagerEmulator(args.project, iam_delay=args.iam_delay, latest_lag=args.latest_lag)
     written: Path | None = None  # the env file, once written: removed at the end
     try:
         compute.start()
@@ -137,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 1
             gcs.create_bucket(args.bucket)
             if gcs.iam is not None:  # VMs run as the default compute service account: let it use the bucket
+                gcs.iam.propagation_delay = args.iam_delay
                 member = f"serviceAccount:{compute.default_service_account}"
                 gcs.iam.grant(args.bucket, member, "roles/storage.objectUser")
             env.update(gcs.env())
