@@ -218,10 +218,11 @@ def test_simulate_maintenance_preempts_a_spot_vm(gce, compute_emulator):
     assert compute_emulator.instance("vm-maint")["preempted"]
 
 
+@pytest.mark.compute_emulator(time_scale=1 / 30)  # Compute Engine's shortest limit, 30 s, runs out in 1 s
 def test_max_run_duration_ends_the_instance(gce, compute_emulator):
-    gce.create(instance("vm-short", startup="exec sleep 300", max_run=1, action="DELETE"))
+    gce.create(instance("vm-short", startup="exec sleep 300", max_run=30, action="DELETE"))
     assert compute_emulator.wait_for_status("vm-short", "DELETED", timeout=10) == "DELETED"
-    gce.create(instance("vm-short-stop", startup="exec sleep 300", max_run=1, action="STOP"))
+    gce.create(instance("vm-short-stop", startup="exec sleep 300", max_run=30, action="STOP"))
     assert compute_emulator.wait_for_status("vm-short-stop", "TERMINATED", timeout=10) == "TERMINATED"
 
 

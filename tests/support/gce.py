@@ -11,6 +11,7 @@ from google.cloud import compute_v1
 
 PROJECT, ZONE = "nbburst-test", "us-central1-a"
 FAMILY = "projects/nbburst-images/global/images/family/nbburst-py311"
+IN_DISK = 'cd "$NBBURST_EMULATOR_DISK" || exit 1\n'
 
 
 def instance(
@@ -27,10 +28,11 @@ def instance(
     accelerators=None,
 ):
     items = []
+    # A VM's scripts start in / (as the guest agent runs them); the tests' scripts work in the instance's disk.
     if startup is not None:
-        items.append(compute_v1.Items(key="startup-script", value=startup))
+        items.append(compute_v1.Items(key="startup-script", value=IN_DISK + startup))
     if shutdown is not None:
-        items.append(compute_v1.Items(key="shutdown-script", value=shutdown))
+        items.append(compute_v1.Items(key="shutdown-script", value=IN_DISK + shutdown))
     scheduling = compute_v1.Scheduling(
         provisioning_model="SPOT" if spot else "STANDARD",
         on_host_maintenance="TERMINATE",

@@ -7,14 +7,19 @@ local processes, each beside its own metadata server.
         emu.preempt("my-vm")
 
 An instance is a folder (its disk) under ``base_dir/instances/PROJECT/ZONE/NAME/disk``. Each boot
-(insert, start) runs its ``startup-script`` metadata with bash, cwd = the disk, in a process
-group of its own, output appended to the serial console. Stop, delete, preemption, maintenance
-and ``maxRunDuration`` run the ``shutdown-script`` and SIGTERM the instance's processes (the
-soft-off signal), then SIGKILL whatever is left after the grace period. Scripts see
+(insert, start) runs its ``startup-script`` metadata as the guest agent does (:mod:`.guest`): with bash, in
+``/``, without HOME or USER, in a process group of its own, its output read line by line (64 KiB at most)
+into the serial console. Stop, delete, preemption, maintenance and ``maxRunDuration`` stop only the startup
+script's runner (its output pipe breaks), run the ``shutdown-script``, then SIGTERM what is left, and SIGKILL
+whatever is left after the grace period (a spot VM's 30 s by default). Scripts see
 ``GCE_METADATA_HOST``/``GCE_METADATA_IP`` (their metadata server), ``NBBURST_COMPUTE_ENDPOINT``
-(this API) and ``NBBURST_EMULATOR_INSTANCE``; ``poweroff``, ``shutdown``, ``reboot`` and ``sudo``
-on their PATH act on the emulated machine, never on the host. The host's ``NBBURST_*``
-variables are not passed on (a real VM has none); pass extra ones with ``instance_env``.
+(this API), ``NBBURST_EMULATOR_INSTANCE`` and ``NBBURST_EMULATOR_DISK`` (the disk's folder); ``poweroff``,
+``shutdown``, ``reboot`` and ``sudo`` on their PATH act on the emulated machine, never on the host. The host's
+``NBBURST_*`` variables are not passed on (a real VM has none); pass extra ones with ``instance_env``. The
+host's proxy settings (``http_proxy``, ``https_proxy``, ``no_proxy``) are: they are the VMs' egress path, as a
+VPC's route or Cloud NAT is a real VM's, so that a test can put a fault-injecting proxy between the VMs and
+the services they call. ``time_scale`` runs ``maxRunDuration`` faster (Compute Engine refuses one under
+30 s, https://cloud.google.com/compute/docs/instances/limit-vm-runtime).
 
 Quotas are a new project's (24 vCPUs a region, 32 in all regions, no GPU: catalog.DEFAULT_*_QUOTAS) unless
 ``quotas={"CPUS": 96, "GPUS_ALL_REGIONS": 1, ...}`` or :meth:`set_quota` say otherwise; inserts and starts
@@ -91,6 +96,7 @@ class ComputeEmulator(LifecycleMixin):
         operation_delay: float = 0.2,
         maintenance_notice: float = 60.0,
         operation_wait_timeout: float = 120.0,
+        time_scale: float = 1.0,
         images: list[cat.Image] | None = None,
         instance_env: dict[str, str] | None = None,
         quotas: dict[str, float] | None = None,
@@ -107,6 +113,9 @@ class ComputeEmulator(LifecycleMixin):
         self.operation_delay = operation_delay
         self.maintenance_notice = maintenance_notice
         self.operation_wait_timeout = operation_wait_timeout
+        #: How fast an instance's maxRunDuration runs out: an instance runs ``maxRunDuration * time_scale`` seconds.
+        #: Compute Engine refuses a limit under 30 s, so tests shorten VMs' lives with this, never with the limit.
+        self.time_scale = time_scale
         self.instance_env = dict(instance_env or {})
         self.images: list[cat.Image] = list(images) if images is not None else cat.default_images()
         #: Quota limits that replace a new project's (catalog.DEFAULT_*_QUOTAS) in every region and project.

@@ -19,6 +19,7 @@ from typing import Any
 
 from nbburst.testing import tokens
 from nbburst.testing.compute import catalog as cat
+from nbburst.testing.compute.guest import ScriptRun
 from nbburst.testing.compute.resources import InstancePlan
 from nbburst.testing.metadata import MetadataServer
 
@@ -191,6 +192,7 @@ class Instance:
         self.transition = threading.Lock()  # one lifecycle change at a time
         self.proc: subprocess.Popen | None = None
         self.shutdown_proc: subprocess.Popen | None = None
+        self.runs: dict[str, ScriptRun] = {}  # the script runner of each metadata script, by key
         self.exit_logged = True
         self.deadline: float | None = None  # monotonic time when maxRunDuration ends
         self.boots = 0
@@ -239,22 +241,19 @@ class Instance:
 
     # ---- processes ---------------------------------------------------------------------------
     def run_script(self, key: str, script: str, env: dict[str, str]) -> subprocess.Popen:
-        """Run a metadata script in a new session, cwd = disk, output to the serial console."""
+        """Run a metadata script as the guest's script runner does (:mod:`.guest`: in ``/``, no HOME, output
+        read line by line into the serial console), in a new session."""
         path = self.dir / key
         path.write_text(script)
         path.chmod(0o700)
-        cmd = [str(path)] if script.startswith("#!") else ["/bin/bash", str(path)]
-        env = {**env, MARKER: self.marker}
-        with open(self.console, "ab") as console:
-            return subprocess.Popen(
-                cmd,
-                cwd=self.disk,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=console,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        run = ScriptRun(key, path, self.console, {**env, MARKER: self.marker})
+        self.runs[key] = run
+        return run.proc
+
+    def stop_runners(self) -> None:
+        """The soft-off of the script runners' units (KillMode=process): their scripts' output pipes break."""
+        for run in list(self.runs.values()):
+            run.stop_runner()
 
     def unreaped(self) -> list[subprocess.Popen]:
         return [p for p in (self.proc, self.shutdown_proc) if p is not None and p.returncode is None]
@@ -280,6 +279,7 @@ class Instance:
         """SIGKILL every process of the instance, reap the ones this process started, and wait
         (bounded) until none is left: a VM that is off runs nothing."""
         self.signal(signal.SIGKILL)
+        self.stop_runners()
         deadline = time.monotonic() + 5
         while self.live_pids() and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -208,12 +208,14 @@ class LifecycleMixin:
             inst.resource["lastStartTimestamp"] = cat.rfc3339()
             inst.resource["cpuPlatform"] = "Intel Cascade Lake"
             mrd = inst.resource["scheduling"].get("maxRunDuration")
-            inst.deadline = time.monotonic() + int(mrd["seconds"]) if mrd else None
+            inst.deadline = time.monotonic() + int(mrd["seconds"]) * self.time_scale if mrd else None
             self._cond.notify_all()
 
     def _power_down(self, inst: Instance, grace: float, reason: str, run_shutdown_script: bool = True):
-        """Soft-off signal (SIGTERM to the instance's processes) and shutdown-script, then
-        hard-off (SIGKILL) once they are all gone or `grace` seconds have passed."""
+        """The guest's shutdown as systemd runs it (see :mod:`.guest`): at the soft-off only the startup
+        script's runner stops (KillMode=process: the script and what it started get no signal, their output
+        pipe breaks) and the shutdown-script starts; once it is done, systemd's last stage sends SIGTERM to
+        every process left; hard-off (SIGKILL) once none is left or ``grace`` seconds after the soft-off."""
         with self._lock:
             if inst.deleted:
                 return
@@ -221,12 +223,18 @@ class LifecycleMixin:
             inst.deadline = None
             self._cond.notify_all()
             inst.log(f"nbburst-emulator: {reason}: soft-off signal, hard-off in {grace:g} s")
-            inst.signal(signal.SIGTERM)
+            inst.stop_runners()
             script = inst.attribute("shutdown-script") if run_shutdown_script else None
             if script is not None and not self._closing:
                 inst.shutdown_proc = self._start_script(inst, "shutdown-script", script)
-        end = time.monotonic() + grace
+            else:
+                inst.shutdown_proc = None
+        end, last_stage = time.monotonic() + grace, False
         while time.monotonic() < end and not self._closing and inst.alive():
+            if not last_stage and (inst.shutdown_proc is None or inst.shutdown_proc.poll() is not None):
+                inst.log("nbburst-emulator: sending SIGTERM to remaining processes")
+                inst.signal(signal.SIGTERM)
+                last_stage = True
             time.sleep(0.05)
         inst.hard_kill()
         inst.log(f"nbburst-emulator: {reason}: powered off")
@@ -271,6 +279,7 @@ class LifecycleMixin:
             {
                 "NBBURST_COMPUTE_ENDPOINT": self.endpoint,
                 "NBBURST_EMULATOR_INSTANCE": inst.path,
+                "NBBURST_EMULATOR_DISK": str(inst.disk),  # the instance's boot disk (scripts start in /)
                 "NBBURST_EMULATOR_BOOT": str(inst.boots),
                 "HOSTNAME": inst.name,
                 "PATH": os.pathsep.join(self._instance_path(inst, env.get("PATH", os.defpath))),

@@ -16,7 +16,7 @@ power_off() {
 # vm_base: nbburst's folder on the boot disk.
 vm_base() {
   if [ -n "${NBBURST_HOME:-}" ]; then printf '%s\n' "$NBBURST_HOME"
-  elif [ -n "${NBBURST_EMULATOR_INSTANCE:-}" ]; then printf '%s\n' "$PWD/nbburst"  # the emulator: the instance's disk
+  elif [ -n "${NBBURST_EMULATOR_DISK:-}" ]; then printf '%s\n' "$NBBURST_EMULATOR_DISK/nbburst"  # the emulator
   else printf '%s\n' /var/lib/nbburst; fi
 }
 
@@ -27,9 +27,14 @@ vm_env() {
 }
 
 # vm_folder: nbburst's folder on the boot disk as BASE, created, with the environment its programs run in.
+# The guest agent runs a startup script as a systemd service: no HOME, no USER, in / (see
+# https://cloud.google.com/compute/docs/instances/startup-scripts/linux), while users' code (matplotlib,
+# Hugging Face, Path.home()) needs a home: BASE/home when none is given, and a UTF-8 locale.
 vm_folder() {
   BASE="$(vm_base)"
-  export NBBURST_HOME="$BASE" PYTHONUNBUFFERED=1
+  HOME="${HOME:-$BASE/home}"
+  USER="${USER:-$(id -un 2>/dev/null || echo root)}"
+  export NBBURST_HOME="$BASE" PYTHONUNBUFFERED=1 HOME USER LOGNAME="$USER" LANG="${LANG:-C.UTF-8}"
   vm_env "$BASE"
-  mkdir -p "$BASE"
+  mkdir -p "$BASE" "$HOME"
 }

@@ -15,7 +15,22 @@ say "begin (python: ${PY:-none}, folder: $BASE)"
 [ -n "$PY" ] || powerdown "the image has no python3"
 write_programs "$BASE/vm" || powerdown "cannot write the bootstrap to $BASE/vm"
 "$PY" "$BASE/vm/bootstrap.py" "$BASE" || powerdown "could not install nbburst on this VM (see above)"
-say "agent starting"
-"$BASE/venv/bin/python" -m "${PROGRAM:-nbburst.agent}" "$(cat "$BASE/job-url")"
-say "agent exited with status $?"
+# The agent runs in a session of its own, its output in its own log file that tail copies to the serial
+# console. The guest agent's runner reads this script's output line by line (a line over 64 KiB stops it) and,
+# at a spot VM's soft-off, is stopped alone (KillMode=process): this script's pipe then breaks and nothing
+# is signalled. Nothing the agent prints can block or kill it that way; the metadata server tells it of the
+# preemption (https://cloud.google.com/compute/docs/instances/spot#preemption-process).
+LOG="$BASE/agent.log"
+: >>"$LOG"
+SEEN="$(stat -c %s "$LOG")"  # a restarted VM's log goes on: the console gets this boot's part
+say "agent starting (log: $LOG)"
+setsid -w "$BASE/venv/bin/python" -m "${PROGRAM:-nbburst.agent}" "$(cat "$BASE/job-url")" >>"$LOG" 2>&1 </dev/null &
+AGENT=$!
+tail -c +"$((SEEN + 1))" -s 0.5 --pid="$AGENT" -F "$LOG" 2>/dev/null &
+TAIL=$!
+wait "$AGENT"
+STATUS=$?
+sleep 1
+kill "$TAIL" 2>/dev/null  # a console that stopped reading (a line over 64 KiB) holds it
+say "agent exited with status $STATUS"
 powerdown "the agent is done"
