@@ -208,6 +208,11 @@ def policy_refusal(what: str, message: str) -> UsageError | None:
 # -- the clients ---------------------------------------------------------------------------------------------
 
 
+class NoAnswer(BurstError):
+    """Compute Engine did not answer a request, however often it was made: transient, the request may be made
+    again later."""
+
+
 class ComputeAPI:
     """Compute Engine for one project, at one endpoint, with one set of credentials.
 
@@ -219,6 +224,8 @@ class ComputeAPI:
     attempts = 4
     #: How long :meth:`wait` waits for a zone operation unless told otherwise.
     operation_timeout_s = 600.0
+    #: How long one ``zoneOperations.wait`` request may take: more than the 2 minutes after which Google answers.
+    wait_request_s = 150.0
     #: How long a zone's machine types are reused before they are listed again.
     catalog_ttl_s = 3600.0
 
@@ -304,7 +311,7 @@ class ComputeAPI:
                 if isinstance(exc, gexc.ServiceUnavailable) and is_capacity(_error_reasons(exc), exc.message):
                     raise  # out of capacity: no retry makes a machine appear, the caller moves on
                 if attempt == self.attempts - 1:
-                    raise BurstError(f"{what}: Compute Engine did not answer ({exc}); try again") from None
+                    raise NoAnswer(f"{what}: Compute Engine did not answer ({exc}); try again") from None
             except (auth_exc.DefaultCredentialsError, auth_exc.RefreshError) as exc:
                 raise UsageError(f"{what}: {NO_CREDENTIALS} ({exc})") from None
             except gexc.Unauthorized as exc:
@@ -314,7 +321,12 @@ class ComputeAPI:
         raise AssertionError("unreachable")
 
     def wait(self, operation: Any, what: str, *, zone: str | None = None, timeout_s: float | None = None) -> Any:
-        """The finished ``operation`` (of ``zone``, or global), waited on with our own client."""
+        """The finished ``operation`` (of ``zone``, or global), waited on with our own client.
+
+        ``zoneOperations.wait`` answers after about 2 minutes even while the operation still runs
+        (https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/wait): each wait may take
+        longer than that (:attr:`wait_request_s`), and one that got no answer says nothing of the operation,
+        which goes on (a VM being created): it is asked again until ``timeout_s``, never taken for a failure."""
         from google.cloud import compute_v1
 
         client = self.client("ZoneOperationsClient" if zone else "GlobalOperationsClient")
@@ -322,7 +334,19 @@ class ComputeAPI:
         timeout_s = self.operation_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
         while True:
-            op = self.call(what, client.wait, project=self.project, operation=operation.name, timeout=120, **where)
+            try:
+                op = self.call(
+                    what,
+                    client.wait,
+                    project=self.project,
+                    operation=operation.name,
+                    timeout=self.wait_request_s,
+                    **where,
+                )
+            except NoAnswer:
+                if time.monotonic() > deadline:
+                    raise
+                continue
             if op.status == compute_v1.Operation.Status.DONE:
                 return op
             if time.monotonic() > deadline:
