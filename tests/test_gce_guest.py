@@ -119,3 +119,10 @@ def test_a_preempted_agent_records_preempted_well_within_the_30_s(gce_env, compu
     assert took < 15, f"the agent took {took:.1f} s of the 30 s to record PREEMPTED"
     console = compute_emulator.serial_output(name)
     assert "agent starting (log:" in console
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02, quotas={"GPUS_ALL_REGIONS": 1}, driver_delay=8.0)
+def test_a_gpu_job_waits_for_the_driver_a_deep_learning_vm_image_is_still_installing(gce_env, compute_emulator):
+    job = submit(Burst(), subprocess.getoutput, "nvidia-smi -L", gpu="t4")
+    assert job.wait(timeout=240) == State.SUCCEEDED, job.terminal().reason
+    assert job.result().startswith("GPU 0: NVIDIA T4")

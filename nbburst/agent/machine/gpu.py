@@ -5,20 +5,60 @@ with the image (a Deep Learning VM image has one; stock Debian or Ubuntu images 
 code fails deep inside the cell, or quietly runs on the CPU. So a job planned with GPUs asks ``nvidia-smi``
 first (it ships with the driver and fails when the driver does not answer), and the job FAILS with that as
 its reason instead of running.
+
+A Deep Learning VM image installs its driver at the first boot when the metadata says
+``install-nvidia-driver=True``
+(https://cloud.google.com/deep-learning-vm/docs/cli#creating_an_instance_with_one_or_more_gpus), which may
+still be going on when the job starts: on such an image the check is made again for a few minutes before the
+job fails.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
+import time
 from typing import Any
 
+from nbburst.protocol.metadata import metadata
+
 NVIDIA_SMI_TIMEOUT_S = 60.0
+#: How long a Deep Learning VM image may take to install its driver before the job fails for want of it.
+DRIVER_WAIT_S = 300.0
+#: How often nvidia-smi is asked again meanwhile.
+DRIVER_POLL_S = 5.0
+#: The project of Google's Deep Learning VM images.
+DLVM_PROJECT = "deeplearning-platform-release"
 
 
 def problem(plan: dict[str, Any]) -> str | None:
     """Why the GPUs of ``plan`` (the job's machine plan: ``gpu``, ``gpu_count``) cannot be used here; None
-    when it has none or ``nvidia-smi`` lists at least as many."""
+    when it has none or ``nvidia-smi`` lists at least as many. On a Deep Learning VM image that installs its
+    driver, asked again until :data:`DRIVER_WAIT_S` has passed."""
+    found = _check(plan)
+    if found is None or not _driver_installing():
+        return found
+    print(
+        f"nbburst: waiting up to {DRIVER_WAIT_S:.0f} s for the NVIDIA driver the Deep Learning VM image installs",
+        file=sys.stderr,
+        flush=True,
+    )
+    deadline = time.monotonic() + DRIVER_WAIT_S
+    while found is not None and time.monotonic() < deadline:
+        time.sleep(DRIVER_POLL_S)
+        found = _check(plan)
+    return found
+
+
+def _driver_installing() -> bool:
+    """Whether this VM's image is a Deep Learning VM image told to install the NVIDIA driver."""
+    image = metadata("instance/image") or ""
+    asked = (metadata("instance/attributes/install-nvidia-driver") or "").strip().lower() == "true"
+    return asked and f"projects/{DLVM_PROJECT}/" in image
+
+
+def _check(plan: dict[str, Any]) -> str | None:
     gpu, wanted = plan.get("gpu"), int(plan.get("gpu_count") or 0)
     if not gpu or wanted < 1:
         return None

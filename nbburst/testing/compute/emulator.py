@@ -25,7 +25,8 @@ Quotas are a new project's (24 vCPUs a region, 32 in all regions, no GPU: catalo
 ``quotas={"CPUS": 96, "GPUS_ALL_REGIONS": 1, ...}`` or :meth:`set_quota` say otherwise; inserts and starts
 beyond them fail with 403 quotaExceeded, and regions.get / projects.get report limits and usage. An instance
 with GPUs whose image has an NVIDIA driver (the Deep Learning VM image of the catalog) finds ``nvidia-smi``
-on its PATH, listing its GPUs; any other instance finds none.
+on its PATH, listing its GPUs (``driver_delay`` seconds after its first boot: the image installs the driver
+then); any other instance finds none.
 
 Refusals as Google gives them: a zone out of capacity fails the insert's operation, or with
 ``set_zone_capacity(zone, False, on_insert=True)`` the insert itself (503 ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS,
@@ -97,6 +98,7 @@ class ComputeEmulator(LifecycleMixin):
         maintenance_notice: float = 60.0,
         operation_wait_timeout: float = 120.0,
         time_scale: float = 1.0,
+        driver_delay: float = 0.0,
         images: list[cat.Image] | None = None,
         instance_env: dict[str, str] | None = None,
         quotas: dict[str, float] | None = None,
@@ -116,6 +118,10 @@ class ComputeEmulator(LifecycleMixin):
         #: How fast an instance's maxRunDuration runs out: an instance runs ``maxRunDuration * time_scale`` seconds.
         #: Compute Engine refuses a limit under 30 s, so tests shorten VMs' lives with this, never with the limit.
         self.time_scale = time_scale
+        #: How long after its first boot an instance of a Deep Learning VM image gets its NVIDIA driver: the image
+        #: installs it then (https://cloud.google.com/deep-learning-vm/docs/cli#creating_an_instance_with_one_or_more_gpus:
+        #: install-nvidia-driver=True), and nvidia-smi is not there before.
+        self.driver_delay = driver_delay
         self.instance_env = dict(instance_env or {})
         self.images: list[cat.Image] = list(images) if images is not None else cat.default_images()
         #: Quota limits that replace a new project's (catalog.DEFAULT_*_QUOTAS) in every region and project.

@@ -298,12 +298,24 @@ class LifecycleMixin:
         own = []
         gpus = inst.gpus()
         if gpus and inst.nvidia_driver:
-            write_nvidia_smi(inst.dir / "bin", gpus)
+            if self.driver_delay > 0 and not (inst.dir / "bin" / "nvidia-smi").exists():
+                self._spawn(self._install_driver, inst, gpus, inst.boots)
+            else:
+                write_nvidia_smi(inst.dir / "bin", gpus)
             own.append(str(inst.dir / "bin"))
         if inst.plan.image is not None and inst.plan.image.python:
             return [*own, str(self._bin), *stock_path(self.base_dir / "stock", inst.plan.image.python)]
         host = [d for d in host_path.split(os.pathsep) if d and not os.path.exists(os.path.join(d, "nvidia-smi"))]
         return [*own, str(self._bin), os.path.dirname(sys.executable), *host]
+
+    def _install_driver(self, inst: Instance, gpus: list[str], boot: int) -> None:
+        """The Deep Learning VM image installing its NVIDIA driver at the first boot: nvidia-smi after
+        ``driver_delay`` seconds, if the instance still runs that boot."""
+        self._pause(self.driver_delay)
+        with self._lock:
+            if not inst.deleted and not self._closing and inst.boots == boot and inst.status == "RUNNING":
+                write_nvidia_smi(inst.dir / "bin", gpus)
+                inst.log("nbburst-emulator: the NVIDIA driver is installed")
 
     def _spawn(self, fn, *args) -> None:
         def run():
