@@ -219,6 +219,17 @@ def test_a_star_import_binds_its_names_in_the_kernel_too(burst_env, tmp_path):
     assert_identical(cells, {0, 1}, tmp_path)
 
 
+def test_a_name_an_except_clause_unbinds_is_gone_and_one_it_never_bound_stays(burst_env, tmp_path):
+    cells = [
+        "from math import *\nimport threading\nlock = threading.Lock()",
+        "try:\n    1 / 0\nexcept ZeroDivisionError as e:\n    print('caught')",
+        "print('e' in dir())\nfrom math import *",
+        "try:\n    pass\nexcept ValueError as e:\n    pass\ntry:\n    pass\nexcept ValueError as lock:\n    pass",
+        "print('e' in dir(), 'lock' in dir())",
+    ]
+    assert_identical(cells, {1, 3}, tmp_path)
+
+
 def test_names_notebook_functions_rebind_through_global_are_the_cells_outputs():
     from nbburst.client.capture import capture
 

@@ -132,6 +132,7 @@ class Burst:
         inner: dict[str, dict[int, Any]] = {}  # the objects inside each input: results may refer to them
         named = {*imports, *modules.values()}  # and the modules of what the inputs hold
         encoded = encode_all(values, optional, namespace, inner, named)
+        deletes = [n for n in deletes if n in encoded or n not in optional]  # an unsent one: the machine cannot tell
         inputs = {"modules": modules, **extra, "state": encode_state()}
         if own := sources.collect(named):
             inputs["sources"] = sources.encode(own)

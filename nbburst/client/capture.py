@@ -77,6 +77,7 @@ def analyse(code: str) -> CellAnalysis:
         ordered += [n for n in inner.assigns if n not in ordered]
     ordered += [n for n in magics.binds if n not in ordered]
     deletes = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Del)]
+    deletes += _caught_names(tree.body)
     last_expr = bool(tree.body) and isinstance(tree.body[-1], ast.Expr)
     return CellAnalysis(list(reads), ordered, sorted(set(deletes)), last_expr, dynamic(tree))
 
@@ -110,6 +111,19 @@ def _loads(node: ast.AST | None, bound: set[str], reads: dict[str, None]) -> Non
         return
     for child in ast.iter_child_nodes(node):
         _loads(child, bound, reads)
+
+
+def _caught_names(body: list[ast.stmt]) -> list[str]:
+    """Names of the cell's own ``except ... as name``: Python unbinds them when the handler ends, so a name the
+    kernel held (``e`` of ``from math import *``) is gone after the cell, as after a plain run."""
+    found = []
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue  # their handlers unbind their own locals
+        if isinstance(node, ast.ExceptHandler) and node.name:
+            found.append(node.name)
+        found += _caught_names([c for c in ast.iter_child_nodes(node) if isinstance(c, (ast.stmt, ast.ExceptHandler))])
+    return found
 
 
 def _targets(node: ast.AST) -> set[str]:
@@ -238,7 +252,8 @@ def capture(
     hidden = hidden or {}
     result = Capture(namespace=namespace, returns=None if out is None else list(out))
     tree = ast.parse(code)
-    mentioned = set(_named_in_strings(tree)) - set(analysis.reads)
+    # names in strings, and those an except clause unbinds (sent, so that the machine tells whether it did)
+    mentioned = {*_named_in_strings(tree), *_caught_names(tree.body)} - set(analysis.reads)
     result.optional = frozenset(mentioned)
     for name in [*analysis.reads, *sorted(mentioned)]:
         if name not in namespace or _HISTORY.match(name) or (name in hidden and hidden[name] is namespace[name]):
