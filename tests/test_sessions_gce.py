@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import socket
+import ssl
+import threading
 import time
 from typing import Any
 
@@ -15,7 +18,7 @@ from nbburst.client.burst import Burst
 from nbburst.client.capture import capture
 from nbburst.errors import UsageError
 from nbburst.machines.base import machine_name
-from nbburst.protocol import sessionwire
+from nbburst.protocol import sessionpush, sessionwire
 from nbburst.protocol.job import State, blob_key
 from nbburst.protocol.sealed import Refused
 from nbburst.ui import cli
@@ -177,3 +180,90 @@ def test_a_session_vm_that_cannot_boot_says_why_and_is_deleted(burst, compute_em
         burst.sessions.start(cores=2, idle="5m", timeout="10m", preload=[])
     (insert,) = inserts(compute_emulator)
     assert compute_emulator.wait_for_status(insert["body"]["name"], "DELETED", timeout=30) == "DELETED"
+
+
+def _answer(push: dict[str, Any], identity: dict[str, str], line: bytes) -> bytes:
+    """What the push channel at ``push`` answers ``line`` from a client presenting ``identity`` (b"": nothing)."""
+    try:
+        with sessionpush.connect(push, identity, 10.0) as conn:
+            conn.settimeout(30.0)
+            conn.sendall(line)
+            return sessionpush.read_line(conn)
+    except (ssl.SSLError, OSError):
+        return b""
+
+
+def test_the_push_channel_trusts_the_other_sides_certificate_only():
+    client, vm, stranger = (sessionpush.identity(name) for name in ("client", "vm", "stranger"))
+    server = socket.create_server(("127.0.0.1", 0))
+    push = {"host": "127.0.0.1", "port": server.getsockname()[1], "cert": vm["cert"]}
+
+    def serve() -> None:
+        for _ in range(2):
+            raw, _ = server.accept()
+            raw.settimeout(10.0)
+            try:
+                with sessionpush.context(vm, client["cert"], server=True).wrap_socket(raw, server_side=True) as conn:
+                    conn.sendall(sessionpush.read_line(conn).upper())
+            except (ssl.SSLError, OSError):
+                raw.close()
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        assert _answer(push, client, b"hello\n") == b"HELLO\n"
+        assert _answer(push, stranger, b"hello\n") == b"", "a client the VM does not know is refused"
+        with pytest.raises((ssl.SSLError, OSError)):  # a VM the client does not know: nothing is sent to it
+            sessionpush.connect({**push, "cert": stranger["cert"]}, client, 10.0)
+    finally:
+        thread.join(timeout=30)
+        server.close()
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02)
+def test_cells_are_pushed_to_a_session_vm_and_go_through_the_store_when_it_cannot_be_reached(burst, compute_emulator):
+    session = burst.sessions.start(cores=2, idle="5m", timeout="10m", preload=[])
+    assert session.record.push["port"] and session.record.push["cert"].startswith("-----BEGIN CERTIFICATE")
+    ns: dict[str, Any] = {}
+    job = run(burst, PARENT + "a = 1", ns)
+    assert job.state == State.SUCCEEDED and ns["a"] == 1, job.logs()
+    machines = burst.machines("gce")
+    assert "handed over from the push channel" in machines.console(session.machine)
+    assert session.ask({})["pid"] == ns["parent"]
+
+    path = burst.sessions.folder / f"{session.name}.json"  # the VM's channel announced where nothing listens
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]
+    record = json.loads(path.read_text())
+    record["push"] = {**record["push"], "host": "127.0.0.1", "port": port}
+    path.write_text(json.dumps(record))
+    job = run(burst, PARENT + "b = 2", ns)
+    assert job.state == State.SUCCEEDED and ns["b"] == 2, job.logs()
+    assert "handed over from the Store" in machines.console(session.machine)
+    assert burst.sessions.get().ask({})["pid"] == ns["parent"], "the same warm parent, reached through the Store"
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02)
+def test_a_stranger_or_a_forged_request_on_the_push_channel_is_refused(burst, compute_emulator):
+    session = burst.sessions.start(cores=2, idle="5m", timeout="10m", preload=[])
+    record = session.record
+    push = record.push
+    cell = {"job": "gs://b/jobs/evil", "key": bytes(32), "attempt": 1}
+    place, raw = sessionwire.seal_request(bytes.fromhex(record.token), record.session_id, 0, sessionwire.CELL, **cell)
+    line = sessionpush.request_line(place, raw)
+    with socket.create_connection((push["host"], push["port"]), timeout=10.0) as plain:  # no TLS at all
+        plain.settimeout(30.0)
+        plain.sendall(line)
+        try:
+            heard = plain.recv(4096)
+        except ConnectionResetError:  # the handshake failed: the relay hung up
+            heard = b""
+        assert b"carried" not in heard
+    assert _answer(push, sessionpush.identity("stranger"), line) == b"", "a sealed request from a stranger's TLS"
+    _, forged = sessionwire.seal_request(bytes(16), record.session_id, 0, sessionwire.CELL, **cell)
+    assert _answer(push, record.tls, sessionpush.request_line(place, forged)) == b"", "not sealed by the session"
+    console = burst.machines("gce").console(session.machine)
+    assert "evil" not in console and console.count("push connection ended") >= 3
+    ns: dict[str, Any] = {}
+    job = run(burst, PARENT + "c = 3", ns)
+    assert job.state == State.SUCCEEDED and ns["c"] == 3, job.logs()

@@ -16,6 +16,13 @@ is not the session's, misplaced, or for an earlier boot of the machine), and
   session's ``state.json`` (also written once the parent takes cells: that is
   how the client knows the session is up).
 
+When the client left its certificate in the session's folder, the relay also listens on a TCP port of the VM's
+address with mutual TLS (:mod:`nbburst.protocol.sessionpush`) and announces it in ``state.json``: a request sent
+down that channel is opened exactly as one from the Store and answered at once, and a cell's connection to the warm
+parent is carried back up it, so its wakeups and its end reach the client by push. Once the channel is in use the
+listing of the mailbox slows to :data:`IDLE_POLL_SECONDS` (a few Store operations a minute on an idle session), and
+speeds up again while requests come through the Store (a client that cannot reach the VM).
+
 The session's secret comes as the job key of a job VM does (Secret Manager, read
 by the bootstrap into ``$NBBURST_HOME/job-key``); its limits (idle, until,
 preload, boot) from the instance's ``nbburst-session`` attribute. The relay ends
@@ -28,13 +35,15 @@ import contextlib
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
-from ...protocol import sessionwire
+from ...protocol import sealed, sessionpush, sessionwire
 from ...protocol.job import ENV_ATTEMPT, attempt_tag, split_job_url
 from ...protocol.metadata import metadata
 from ...store import NotFound, Store, open_store
@@ -44,8 +53,14 @@ from .parent import ENV_TOKEN
 #: How often the relay lists the session's requests: what a cell's start waits at most, besides the Store
 #: (``$NBBURST_SESSION_POLL`` on the VM sets it).
 POLL_SECONDS = float(os.environ.get("NBBURST_SESSION_POLL", "0.3"))
+#: How often it lists them once the client pushes its requests (a client that cannot push is one listing late).
+IDLE_POLL_SECONDS = 20.0
+#: How long after a request came through the Store the relay keeps listing every :data:`POLL_SECONDS`.
+STORE_BUSY_SECONDS = 120.0
 #: How long the warm parent may take to answer on its control socket (it answers once warm).
 ASK_SECONDS = 60.0
+#: How long a client on the push channel may take to send its request once connected.
+REQUEST_SECONDS = 600.0
 #: The instance attribute with the session's limits.
 METADATA_KEY = "nbburst-session"
 
@@ -62,6 +77,10 @@ class Relay:
         self.cells, self.control = os.path.join(folder, "cells"), os.path.join(folder, "control")
         self.token = secret.hex()
         self.seen: set[str] = set()
+        self.lock = threading.Lock()  # the listing and the push channel's connections share ``seen``
+        self.push: dict[str, Any] = {}  # what the state announces of the push channel (host, port, cert)
+        self.pushed = False  # a request came down the push channel on this boot
+        self.stored_at = time.monotonic()  # when a request last came through the Store
 
     def _send(self, path: str, request: dict[str, Any], timeout: float) -> socket.socket:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -79,19 +98,31 @@ class Relay:
         with self._send(self.control, request, ASK_SECONDS) as conn:
             return json.loads(conn.makefile("rb").readline() or b"{}")
 
-    def publish(self, answers: str = "", request: dict[str, Any] | None = None) -> None:
-        """Write the session's state (the parent's answer to ``request``), sealed, for the client."""
-        state = {**self.ask(request or {}), "boot": self.boot, "answers": answers}
+    def publish(self, answers: str = "", request: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Write the session's state (the parent's answer to ``request``), sealed, for the client; returns it."""
+        state = {**self.ask(request or {}), "boot": self.boot, "answers": answers, "push": self.push}
         self.store.put(
             sessionwire.state_key(self.session_id), sessionwire.seal_state(self.secret, self.session_id, state)
         )
+        return state
+
+    def first(self, place: str) -> bool:
+        """Whether request ``place`` is seen for the first time (each is carried once, whichever way it came)."""
+        with self.lock:
+            fresh = place not in self.seen
+            self.seen.add(place)
+        return fresh
+
+    def poll_seconds(self) -> float:
+        """How long until the next listing: short unless the client pushes and the Store has been quiet."""
+        quiet = time.monotonic() - self.stored_at > STORE_BUSY_SECONDS
+        return IDLE_POLL_SECONDS if self.pushed and quiet else POLL_SECONDS
 
     def step(self) -> None:
         """Carry every request not seen yet."""
         for place in self.store.list(sessionwire.requests_prefix(self.session_id)):
-            if place in self.seen:
+            if not self.first(place):
                 continue
-            self.seen.add(place)
             try:
                 request = sessionwire.open_request(
                     self.secret, self.session_id, self.boot, place, self.store.get(place)
@@ -101,22 +132,71 @@ class Relay:
             except Exception as exc:  # not the session's: never acted on
                 _log(f"refusing {place}: {type(exc).__name__}: {exc}")
                 continue
-            self.carry(place, request)
+            self.stored_at = time.monotonic()
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                self.carry(place, request, "the Store").close()
             with contextlib.suppress(Exception):
                 self.store.delete(place)
 
-    def carry(self, place: str, request: dict[str, Any]) -> None:
+    def carry(self, place: str, request: dict[str, Any], way: str) -> socket.socket | dict[str, Any]:
+        """Carry one opened request: a cell's connection to the warm parent (its controller's news comes down it
+        until the attempt ends), or the state published for a state or stop request. Logs, then raises OSError,
+        ValueError or KeyError when it could not be carried."""
         kind = request.get("kind")
         try:
             if kind == sessionwire.CELL:
                 cell = {key: request[key] for key in ("job", "key", "attempt")}
                 cell["imports"] = request.get("imports") or []  # the warm parent imports them before it forks
-                self._send(self.cells, cell, 10.0).close()  # the cell's controller reports to the job's folder
-                _log(f"cell {request['job']} attempt {request['attempt']} handed over")
-            elif kind in (sessionwire.STATE, sessionwire.STOP):
-                self.publish(place, {"stop": True} if kind == sessionwire.STOP else {})
+                conn = self._send(self.cells, cell, 10.0)  # the cell's controller reports to the job's folder
+                conn.settimeout(None)
+                _log(f"cell {request['job']} attempt {request['attempt']} handed over from {way}")
+                return conn
+            if kind in (sessionwire.STATE, sessionwire.STOP):
+                return self.publish(place, {"stop": True} if kind == sessionwire.STOP else {})
+            raise ValueError(f"no request of kind {kind!r}")
         except (OSError, ValueError, KeyError) as exc:
             _log(f"could not carry {place}: {type(exc).__name__}: {exc}")
+            raise
+
+    # -- the push channel ------------------------------------------------------------------------
+    def listen(self, client_cert: str, address: str, announced: str) -> None:
+        """Take pushed requests on a TCP port of ``address`` from the client holding ``client_cert`` only, and
+        announce the port at ``announced`` (the address the client reaches the VM on) in the state."""
+        own = sessionpush.identity(f"{self.session_id}-{self.boot}")
+        tls = sessionpush.context(own, client_cert, server=True)
+        server = socket.create_server((address, 0))
+        self.push = {"host": announced, "port": server.getsockname()[1], "cert": own["cert"]}
+        threading.Thread(target=self._accept, args=(server, tls), daemon=True).start()
+
+    def _accept(self, server: socket.socket, tls: ssl.SSLContext) -> None:
+        while True:
+            conn, _ = server.accept()
+            threading.Thread(target=self._serve, args=(conn, tls), daemon=True).start()
+
+    def _serve(self, raw: socket.socket, tls: ssl.SSLContext) -> None:
+        """One pushed request: refused unless the client's certificate and the request's seal hold."""
+        raw.settimeout(sessionpush.HANDSHAKE_SECONDS)
+        try:
+            with tls.wrap_socket(raw, server_side=True) as conn:
+                conn.settimeout(REQUEST_SECONDS)  # the client connects before it uploads the cell's inputs
+                place, sealed_request = sessionpush.read_request(sessionpush.read_line(conn))
+                request = sessionwire.open_request(self.secret, self.session_id, self.boot, place, sealed_request)
+                if not self.first(place):
+                    return  # already carried from the Store: the client waits on the Store for it
+                self.pushed = True
+                carried = self.carry(place, request, "the push channel")
+                if isinstance(carried, dict):
+                    conn.sendall(json.dumps(carried).encode() + b"\n")
+                    return
+                with carried:
+                    conn.sendall(b'{"carried": true}\n')
+                    conn.settimeout(None)
+                    while news := carried.recv(4096):  # the controller's wakeups, up to the attempt's end
+                        conn.sendall(news)
+        except (OSError, ValueError, KeyError, sealed.Refused) as exc:  # a stranger, a forgery, or a lost client
+            _log(f"push connection ended: {type(exc).__name__}: {exc}")
+        finally:
+            raw.close()
 
 
 def _settings() -> dict[str, Any]:
@@ -124,6 +204,21 @@ def _settings() -> dict[str, Any]:
     if not raw:
         raise SystemExit(f"nbburst session relay: no {METADATA_KEY} attribute: this VM is not a session's")
     return json.loads(raw)
+
+
+def _open_push(relay: Relay) -> None:
+    """Listen for pushed requests when the client left its certificate; the Store alone carries them otherwise."""
+    try:
+        raw = relay.store.get(sessionpush.client_key(relay.session_id))
+        client_cert = sessionpush.open_client(relay.secret, relay.session_id, raw)
+    except (NotFound, sealed.Refused, ValueError, KeyError) as exc:
+        _log(f"no push channel (requests come through the Store only): {type(exc).__name__}: {exc}")
+        return
+    address = (metadata("instance/network-interfaces/0/ip", timeout=2.0) or "127.0.0.1").strip()
+    # The notebook reaches a VM with an external address there (the VM sees it as traffic to its internal one).
+    external = metadata("instance/network-interfaces/0/access-configs/0/external-ip", timeout=2.0)
+    relay.listen(client_cert, address, (external or address).strip())
+    _log(f"push channel on {address}:{relay.push['port']}, announced at {relay.push['host']}")
 
 
 def main(argv: list[str]) -> int:
@@ -138,6 +233,7 @@ def main(argv: list[str]) -> int:
     boot = int(settings["boot"])
     folder = tempfile.mkdtemp(prefix="nbb-session-")  # only this user enters it
     relay = Relay(open_store(root), session_id, bytes.fromhex(key_hex), boot, folder)
+    _open_push(relay)
     command = [sys.executable, "-m", "nbburst.agent.session.parent", relay.cells, "--control", relay.control]
     command += ["--idle", str(settings["idle"]), "--until", str(settings["until"])]
     if settings.get("preload"):
@@ -158,7 +254,9 @@ def main(argv: list[str]) -> int:
                 relay.step()
             except Exception as exc:  # the Store unreachable for a moment: the next round tries again
                 _log(f"listing requests failed: {type(exc).__name__}: {exc}")
-            time.sleep(POLL_SECONDS)
+            due = time.monotonic() + relay.poll_seconds()
+            while parent.poll() is None and time.monotonic() < due:
+                time.sleep(min(POLL_SECONDS, max(0.0, due - time.monotonic())))
     finally:
         if parent.poll() is None:
             parent.terminate()

@@ -6,20 +6,30 @@ request, sealed under the session's secret, to the session's folder in the Store
 (:mod:`nbburst.protocol.sessionwire`). A cell's request carries its job key encrypted; the cell is then a job like
 any other, whose ``wait`` reads the job's folder as a plain Compute Engine job's does. The cost is the relay's
 poll interval (and a Store write and read) on each cell's start.
+
+When the relay announces a push channel (:mod:`nbburst.protocol.sessionpush`) and the notebook reaches it, the same
+sealed request goes down a mutually authenticated TLS connection instead, and the cell's news and end come back up
+it (``job.wait`` wakes on them as on a local session's socket): no polling on the cell's way. When the channel
+cannot be reached (a firewall, an address the notebook has no route to), the request is written to the Store as
+before; a request carried both ways is carried once (the relay takes each name once).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import ssl
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import UsageError
 from ...machines.base import GONE, RUNNING, STOPPED
-from ...protocol import sessionwire
+from ...protocol import sessionpush, sessionwire
 from ...protocol.job import JobLayout
 from ...protocol.sealed import Refused
-from ...store import NotFound
+from ...store import AlreadyExists, NotFound
+from .socket import Wakeup
 from .transport import Transport
 
 if TYPE_CHECKING:
@@ -35,6 +45,8 @@ CHECK_SECONDS = 2.0
 START_SECONDS = 900.0
 #: How long the relay may take to answer a question (a poll interval, and the warm parent's answer).
 ASK_SECONDS = 60.0
+#: How long the client tries to reach the VM's push channel before it writes to the Store instead.
+CONNECT_SECONDS = 2.0
 
 
 class SessionUnreachable(UsageError, ConnectionError):
@@ -61,13 +73,47 @@ class MailboxTransport(Transport):
 
     def boot(self, record: SessionRecord, save: Callable[[SessionRecord], None]) -> None:
         """Start the record's VM and wait until its relay says the warm parent takes cells."""
+        record.tls = sessionpush.identity(f"{record.session_id}-{record.restarts}-client")
+        record.push = {}
+        client = sessionpush.seal_client(_secret(record), record.session_id, record.tls["cert"])
+        self._store(record).put(sessionpush.client_key(record.session_id), client)
         save(record)
         self.burst.machines(record.backend).launch_session(record.launch_request())
         try:
-            self._wait(record, lambda s: s.get("boot") == record.restarts, START_SECONDS, "start")
+            found = self._wait(record, lambda s: s.get("boot") == record.restarts, START_SECONDS, "start")
         except SessionUnreachable:
             self.end(record)  # a boot that failed leaves nothing behind: the next start begins afresh
             raise
+        record.push = found.get("push") or {}
+        save(record)
+
+    def _dial(self, record: SessionRecord) -> ssl.SSLSocket | None:
+        """A connection to the push channel of the session's current boot, or None when there is none to reach."""
+        if not record.push or not record.tls:
+            return None
+        try:
+            return sessionpush.connect(record.push, record.tls, CONNECT_SECONDS)
+        except (OSError, ValueError):
+            return None
+
+    def _push(
+        self, session: Session, place: str, raw: bytes, timeout: float
+    ) -> tuple[ssl.SSLSocket, dict[str, Any]] | None:
+        """Send a sealed request down the push channel (the connection :meth:`up` made, if any): the connection
+        and the relay's answer, or None when it could not be delivered (the Store then carries it)."""
+        conn, session.pending = session.pending or self._dial(session.record), None
+        if conn is None:
+            return None
+        try:
+            conn.settimeout(timeout)
+            conn.sendall(sessionpush.request_line(place, raw))
+            answer = json.loads(sessionpush.read_line(conn) or b"null")
+            if isinstance(answer, dict):
+                return conn, answer
+        except (OSError, ValueError):
+            pass
+        conn.close()
+        return None
 
     def _wait(
         self, record: SessionRecord, done: Callable[[dict[str, Any]], bool], seconds: float, what: str
@@ -88,10 +134,8 @@ class MailboxTransport(Transport):
                     raise SessionUnreachable(f"session {record.name!r} did not {what}:\n{console}")
             time.sleep(POLL_SECONDS)
 
-    def _request(self, record: SessionRecord, kind: str, **fields: Any) -> str:
-        place, raw = sessionwire.seal_request(_secret(record), record.session_id, record.restarts, kind, **fields)
-        self._store(record).create(place, raw)
-        return place
+    def _seal(self, record: SessionRecord, kind: str, **fields: Any) -> tuple[str, bytes]:
+        return sessionwire.seal_request(_secret(record), record.session_id, record.restarts, kind, **fields)
 
     def ask(self, session: Session, request: dict[str, Any], timeout: float) -> dict[str, Any]:
         """The warm parent's state (or ``stop``), through the relay, which may take :data:`ASK_SECONDS` (a poll
@@ -100,17 +144,36 @@ class MailboxTransport(Transport):
         if self.burst.machines(record.backend).describe(record.machine).state != RUNNING:
             raise SessionUnreachable(f"session {record.name!r}: its VM is not running")
         kind = sessionwire.STOP if request.get("stop") else sessionwire.STATE
-        place = self._request(record, kind)
+        place, raw = self._seal(record, kind)
+        pushed = self._push(session, place, raw, ASK_SECONDS)
+        if pushed is not None:
+            pushed[0].close()
+            if pushed[1].get("answers") == place:
+                return pushed[1]
+        with contextlib.suppress(AlreadyExists):  # one the relay already took off the channel is answered once
+            self._store(record).create(place, raw)
         return self._wait(record, lambda s: s.get("answers") == place, ASK_SECONDS, "answer")
 
     def launch(self, session: Session, job: Job, attempt: int) -> None:
         """Hand the claimed ``attempt`` of ``job`` to the session's VM; ``job.wait`` reads the job's folder."""
         fields = {"job": job.url, "key": job.key(), "attempt": attempt, "imports": job.cell_imports}
-        self._request(session.record, sessionwire.CELL, **fields)
+        place, raw = self._seal(session.record, sessionwire.CELL, **fields)
+        pushed = self._push(session, place, raw, CONNECT_SECONDS + sessionpush.HANDSHAKE_SECONDS)
+        if pushed is not None and pushed[1].get("carried"):
+            pushed[0].settimeout(None)
+            job.wake = Wakeup(pushed[0])  # the controller's news, carried by the relay
+            return
+        if pushed is not None:
+            pushed[0].close()
+        self._store(session.record).create(place, raw)
 
     def up(self, session: Session) -> bool:
-        """Whether the session's VM of its current boot runs and its relay has said it takes cells."""
+        """Whether the session's VM of its current boot runs and its relay has said it takes cells: its push
+        channel answering proves both (its certificate is this boot's), and the connection takes the next cell."""
         record = session.record
+        session.pending = self._dial(record)
+        if session.pending is not None:
+            return True
         if self.burst.machines(record.backend).describe(record.machine).state != RUNNING:
             return False
         found = self.state(record)

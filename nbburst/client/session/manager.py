@@ -102,6 +102,8 @@ class SessionRecord:
     plan: dict[str, Any] = field(default_factory=dict)
     preload: list[str] = field(default_factory=list)  # what its warm parent imports before the first cell
     restarts: int = 0
+    tls: dict[str, str] = field(default_factory=dict)  # the client's certificate and key for a push channel
+    push: dict[str, Any] = field(default_factory=dict)  # the push channel its machine announced (host, port, cert)
 
     def boot_machine(self) -> str:
         """The name of the session's machine for its current boot (``restarts``), at most :data:`MAX_NAME`

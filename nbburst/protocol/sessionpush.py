@@ -1,0 +1,127 @@
+"""A session's push channel: the notebook and its session's VM on one mutually authenticated TLS connection.
+
+Through the Store alone (:mod:`.sessionwire`) a cell waits on the relay's listing of the mailbox and the notebook
+waits on its reading of the job's folder. When the notebook can reach the VM, the relay also listens on a TCP port
+and a cell's sealed request goes down a TLS connection instead; the relay answers at once, and the cell's news (its
+controller's wakeups) and its end come back up the same connection. The Store stays the record: the cell is a
+signed job there, and everything it makes is read from its folder as before; only the waiting leaves the Store.
+
+Each side makes its own certificate and key for each boot of the session's machine; the private keys never leave
+the side that made them. The certificates are exchanged sealed under the session's secret through the Store: the
+client's as ``sessions/<id>/client.json`` before the VM starts, the VM's (with its address) in the session's
+state. Each side trusts exactly the other's certificate, so a connection from anyone else fails its handshake, and
+what comes down an accepted connection is a sealed request, opened (place, boot, session) as one from the Store.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import os
+import socket
+import ssl
+import tempfile
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from . import sealed, sessionwire
+
+#: How long one side waits for the other's handshake or line before it gives the connection up.
+HANDSHAKE_SECONDS = 10.0
+#: How long an identity holds: past any session's time limit (a session's time limit is days at most).
+_VALID_DAYS = 30
+
+
+def client_key(session_id: str) -> str:
+    """Where the client's certificate for the session's current boot waits for the VM's relay."""
+    return sessionwire.folder(session_id) + "client.json"
+
+
+def identity(name: str) -> dict[str, str]:
+    """A new self-signed certificate and its private key (PEM): one side's identity for one boot."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=_VALID_DAYS))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return {"cert": cert.public_bytes(serialization.Encoding.PEM).decode(), "key": pem.decode()}
+
+
+def context(own: dict[str, str], peer_cert: str, server: bool) -> ssl.SSLContext:
+    """A TLS context presenting ``own`` and trusting only ``peer_cert``; both sides require the other's."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.check_hostname = False  # the peer is pinned by its certificate, whatever address it is reached on
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.load_verify_locations(cadata=peer_cert)
+    if server:
+        ctx.num_tickets = 0  # no resumption: a ticket arriving late would look like news on a waiting cell
+    with tempfile.TemporaryDirectory(prefix="nbb-tls-") as folder:  # ssl loads a key only from a file
+        path = os.path.join(folder, "identity.pem")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(own["key"] + own["cert"])
+        ctx.load_cert_chain(path)
+    return ctx
+
+
+def seal_client(secret: bytes, session_id: str, cert: str) -> bytes:
+    """The client's certificate as it waits in the Store, sealed under the session's secret."""
+    body = json.dumps({"cert": cert}).encode()
+    return sealed.seal_record(secret, session_id, client_key(session_id), body)
+
+
+def open_client(secret: bytes, session_id: str, raw: bytes) -> str:
+    """The client's certificate; :class:`.sealed.Refused` when the session's client did not write it."""
+    return json.loads(sealed.open_record(secret, session_id, client_key(session_id), raw))["cert"]
+
+
+def connect(push: dict[str, Any], own: dict[str, str], timeout: float) -> ssl.SSLSocket:
+    """A TLS connection to the relay that announced ``push`` (host, port, cert); OSError when it cannot be made
+    within ``timeout`` or the other end is not that relay."""
+    raw = socket.create_connection((push["host"], int(push["port"])), timeout=timeout)
+    try:
+        conn = context(own, push["cert"], server=False).wrap_socket(raw)
+    except (OSError, ValueError):
+        raw.close()
+        raise
+    return conn
+
+
+def request_line(place: str, raw: bytes) -> bytes:
+    """A sealed request (its Store key and bytes) as one line on the channel."""
+    return json.dumps({"place": place, "raw": base64.b64encode(raw).decode()}).encode() + b"\n"
+
+
+def read_request(line: bytes) -> tuple[str, bytes]:
+    """A request line's place and sealed bytes (ValueError, KeyError when it is not one)."""
+    fields = json.loads(line)
+    return str(fields["place"]), base64.b64decode(fields["raw"])
+
+
+def read_line(conn: ssl.SSLSocket, limit: int = 1 << 20) -> bytes:
+    """One line from ``conn`` read a byte at a time, so nothing after it is taken from the connection."""
+    line = bytearray()
+    while not line.endswith(b"\n"):
+        byte = conn.recv(1)
+        if not byte:
+            break
+        line += byte
+        if len(line) > limit:
+            raise ValueError("a line longer than any request")
+    return bytes(line)
