@@ -6,6 +6,7 @@ by line through a pipe (64 KiB at most a line), and at the soft-off stops only t
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
@@ -126,3 +127,10 @@ def test_a_gpu_job_waits_for_the_driver_a_deep_learning_vm_image_is_still_instal
     job = submit(Burst(), subprocess.getoutput, "nvidia-smi -L", gpu="t4")
     assert job.wait(timeout=240) == State.SUCCEEDED, job.terminal().reason
     assert job.result().startswith("GPU 0: NVIDIA T4")
+
+
+def test_what_a_cell_prints_never_blocks_its_agent(gce_env, compute_emulator):
+    """A line longer than the guest's runner reads (64 KiB) stops the serial console, never the job."""
+    job = submit(Burst(), os.system, "python3 -c 'print(\"x\" * 200000)'; seq 1 20000", cores=2)
+    assert job.wait(timeout=240) == State.SUCCEEDED and job.result() == 0
+    assert "\n20000\n" in job.logs()
