@@ -576,7 +576,8 @@ class ComputeEmulator(LifecycleMixin):
             op = self._ops.get((project, zone, name))
             if op is None:
                 raise not_found(self._op_path(project, zone, name))
-            if wait:
+            if wait:  # answers when DONE or after about 2 minutes, whatever the operation's status:
+                # https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/wait
                 self._cond.wait_for(
                     lambda: op["status"] == "DONE" or self._closing, timeout=self.operation_wait_timeout
                 )

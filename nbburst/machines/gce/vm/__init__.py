@@ -23,7 +23,11 @@ the disk hold the notebook's environment and the client's nbburst wheel (on a st
 Python minor version from uv, the stored environment of ``ROOT/envs/`` the manifest names, then the
 notebook's versions of what is still missing; nothing when the venv is there already: a restart, or an
 image baked by ``nbburst image build``); then ``python -m nbburst.agent JOB_URL`` runs the job, and the
-agent deletes the VM when the job ends. Whatever happens, the script powers the VM off at the end, so a
+agent deletes the VM when the job ends. The guest agent runs a startup script as a systemd service (no HOME,
+in ``/``, its output read line by line through a pipe that breaks at a spot VM's soft-off, when only the
+script's runner is stopped): so the VM's programs get HOME (``BASE/home``), USER and LANG from ``prelude.sh``,
+and the agent runs in a session of its own with its output in ``BASE/agent.log``, which ``tail`` copies to the
+serial console; it hears of a preemption from the metadata server. Whatever happens, the script powers the VM off at the end, so a
 broken boot never idles: the client then shows the serial console tail and deletes the VM. On shutdown
 (``shutdown.sh``, best effort: spot VMs have 30 s) ``python -m nbburst.agent.machine.gce shutdown`` marks the
 attempt PREEMPTED if the agent could not.
