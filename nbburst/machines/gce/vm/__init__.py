@@ -27,10 +27,10 @@ agent deletes the VM when the job ends. The guest agent runs a startup script as
 in ``/``, its output read line by line through a pipe that breaks at a spot VM's soft-off, when only the
 script's runner is stopped): so the VM's programs get HOME (``BASE/home``), USER and LANG from ``prelude.sh``,
 and the agent runs in a session of its own with its output in ``BASE/agent.log``, which ``tail`` copies to the
-serial console; it hears of a preemption from the metadata server. Whatever happens, the script powers the VM off at the end, so a
-broken boot never idles: the client then shows the serial console tail and deletes the VM. On shutdown
-(``shutdown.sh``, best effort: spot VMs have 30 s) ``python -m nbburst.agent.machine.gce shutdown`` marks the
-attempt PREEMPTED if the agent could not.
+serial console; it hears of a preemption from the metadata server. Whatever happens, the script powers the
+VM off at the end, so a broken boot never idles: the client then shows the serial console tail and deletes
+the VM. On shutdown (``shutdown.sh``, best effort: spot VMs have 30 s) ``python -m nbburst.agent.machine.gce
+shutdown`` marks the attempt PREEMPTED if the agent could not.
 
 A watcher VM (``watch.sh``): ``watchboot.py`` installs the client's nbburst wheel (with its dependencies
 unless the image has them), then ``python -m nbburst.client.supervision.watchervm`` relaunches the Store's
