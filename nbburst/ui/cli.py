@@ -573,7 +573,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             "variable or --set",
         )
         return print_checks([found])
-    return print_checks(doctor_checks(burst))
+    checks = doctor_checks(burst)
+    if not args.smoke:
+        return print_checks(checks)
+    if burst.settings.backend != "gce":
+        raise Exit(EXIT_USAGE, "--smoke runs jobs on Compute Engine: add --backend gce (or set backend=gce)")
+    from .smoke import SmokeRun
+
+    report = SmokeRun(burst, say=lambda line: print(line, flush=True)).run(checks, gpu=args.gpu)
+    print(f"smoke run: {'all steps passed' if report.ok else 'failed'}; the report to paste:\n{report.text()}")
+    return EXIT_OK if report.ok else EXIT_CONFIG
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
@@ -754,6 +763,13 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_gc)
 
     s = sub.add_parser("doctor", parents=[common], help="check configuration, Store and backend")
+    s.add_argument(
+        "--smoke",
+        action="store_true",
+        help="then run real jobs on Compute Engine (about 15 minutes, a few cents): a 4-core cell, a preemption "
+        "and its recovery, another zone, the watcher; each step timed, with a report to paste",
+    )
+    s.add_argument("--gpu", metavar="TYPE[:COUNT]", help="with --smoke: also a job on this GPU (e.g. nvidia-l4)")
     s.set_defaults(func=cmd_doctor)
 
     s = sub.add_parser(
