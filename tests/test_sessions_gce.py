@@ -176,6 +176,7 @@ def test_a_session_vm_that_cannot_boot_says_why_and_is_deleted(burst, compute_em
     secrets = burst.machines("gce").key_secrets
     put = secrets.put
     monkeypatch.setattr(secrets, "put", lambda *args: put(*args).replace("nbburst-key-", "nbburst-nokey-"))
+    monkeypatch.setitem(compute_emulator.instance_env, "NBBURST_IAM_WAIT_SECONDS", "5")  # not 10 min for access
     with pytest.raises(UsageError, match="did not start(.|\n)*cannot read the job key from Secret Manager"):
         burst.sessions.start(cores=2, idle="5m", timeout="10m", preload=[])
     (insert,) = inserts(compute_emulator)

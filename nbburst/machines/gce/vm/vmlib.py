@@ -61,6 +61,8 @@ RETRY_MAX_DELAY = 32.0
 #: (https://cloud.google.com/iam/docs/access-change-propagation), Cloud Storage's likewise
 #: (https://cloud.google.com/storage/docs/consistency).
 IAM_WAIT_SECONDS = 600.0
+#: The environment variable that shortens that wait on an emulated VM (a test of a VM that never gets access).
+IAM_WAIT_ENV = "NBBURST_IAM_WAIT_SECONDS"
 #: What the console line of a VM that waits for access starts with (the client reads it: machines.py).
 IAM_WAIT = "waiting for IAM"
 
@@ -70,7 +72,10 @@ class IamWait:
     backoff with jitter up to RETRY_MAX_DELAY, for ``seconds`` from the first refusal, each retry said on the
     console (so that the client, and whoever reads the console, know the VM waits rather than failed)."""
 
-    def __init__(self, what: str, say: Any, seconds: float = IAM_WAIT_SECONDS) -> None:
+    def __init__(self, what: str, say: Any, seconds: float | None = None) -> None:
+        """``seconds``: how long to wait; by default ``$NBBURST_IAM_WAIT_SECONDS``, else IAM_WAIT_SECONDS."""
+        if seconds is None:
+            seconds = float(os.environ.get(IAM_WAIT_ENV) or IAM_WAIT_SECONDS)
         self.what, self.say, self.seconds = what, say, seconds
         self.started: float | None = None
         self.delay = 1.0
@@ -138,7 +143,7 @@ def access_token() -> tuple[str, float]:
     return token["access_token"], time.time() + int(token.get("expires_in", 300)) - 60
 
 
-def secret(name: str, say: Any, wait_s: float = IAM_WAIT_SECONDS) -> bytes:
+def secret(name: str, say: Any, wait_s: float | None = None) -> bytes:
     """The Secret Manager secret version ``name`` (``projects/P/secrets/ID/versions/N``; of a secret,
     ``projects/P/secrets/ID``, its latest version), read through the REST API (``$NBBURST_SECRETMANAGER_ENDPOINT``
     names an emulator) with the VM's token.
@@ -146,7 +151,7 @@ def secret(name: str, say: Any, wait_s: float = IAM_WAIT_SECONDS) -> bytes:
     By number, because a version read by number right after it was added is strongly consistent and ``latest``
     is not ("this doesn't apply when you access a secret version using aliases or latest",
     https://cloud.google.com/secret-manager/docs/reference/consistency). 403 and 404 are retried for ``wait_s``
-    seconds (:class:`IamWait`): the VM's account was granted the secret a moment ago."""
+    seconds (:class:`IamWait`'s default when None): the VM's account was granted the secret a moment ago."""
     endpoint = (os.environ.get("NBBURST_SECRETMANAGER_ENDPOINT") or "https://secretmanager.googleapis.com").rstrip("/")
     version = name if "/versions/" in name else name + "/versions/latest"
     url = f"{endpoint}/v1/{urllib.parse.quote(version)}:access"
