@@ -288,3 +288,31 @@ def test_compute_api_off_is_refused_as_google_refuses_it(gce, compute_emulator):
     ):
         gce.insert(instance("vm-a"))
     assert compute_emulator.instances() == []
+
+
+def test_refusals_are_switched_from_other_processes_too(gce, compute_emulator):
+    import requests
+
+    base = f"{compute_emulator.endpoint}/emulator"
+    requests.post(
+        f"{base}/org-policies", json={"constraint": "compute.vmExternalIpAccess"}, timeout=5
+    ).raise_for_status()
+    with pytest.raises(exceptions.PreconditionFailed, match="vmExternalIpAccess"):
+        gce.insert(with_external_ip(instance("vm-a")))
+    off = {"constraint": "compute.vmExternalIpAccess", "enforced": False}
+    requests.post(f"{base}/org-policies", json=off, timeout=5).raise_for_status()
+    assert requests.post(f"{base}/org-policies", json={"constraint": "nope"}, timeout=5).status_code == 400
+
+    capacity = {"available": False, "onInsert": True}
+    requests.post(f"{base}/zones/{ZONE}/capacity", json=capacity, timeout=5).raise_for_status()
+    with pytest.raises(exceptions.ServiceUnavailable):
+        gce.insert(with_external_ip(instance("vm-a")))
+    requests.post(f"{base}/zones/{ZONE}/capacity", json={"available": True}, timeout=5).raise_for_status()
+
+    requests.post(f"{base}/services", json={"name": "compute.googleapis.com", "enabled": False}, timeout=5)
+    service = requests.get(
+        f"{compute_emulator.endpoint}/v1/projects/{PROJECT}/services/compute.googleapis.com", timeout=5
+    )
+    assert service.json()["state"] == "DISABLED"
+    requests.post(f"{base}/services", json={"name": "compute.googleapis.com", "enabled": True}, timeout=5)
+    gce.create(with_external_ip(instance("vm-a")))
