@@ -121,7 +121,8 @@ class Burst:
         session = self.sessions.for_cell(options)  # a warm session's machine, up (client/session/), if any
         machines = self.machines(options.backend)
         plan = machines.plan(options.resources)  # refuses what the backend cannot do, before anything else
-        machines.check_environment(code, modules.values())  # and a package the cell needs that it cannot install
+        if session is None:  # a session's machine installs nothing per cell: its environment came with its start
+            machines.check_environment(code, modules.values())  # and a package the cell needs that it cannot install
         pricing.price_plan(plan, options.backend, self.settings)
         count = 1 + (options.resources.workers or 0)  # the job's machine and its workers
         budget.check_plan(options.budget_usd, plan, options.backend, count)  # too small to boot them: refused
