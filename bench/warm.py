@@ -14,7 +14,10 @@ ratio to ipyparallel's (the peers' level the issue sets):
 (k) the cells of a real notebook on one session target: median <= 0.05 s added, no cell over 0.2 s (each
     cell's added seconds: its median over --rounds runs of the notebook, plainly then on a session)
 
-Run alone: python bench/warm.py [--repeat 11] [--mib 100] [--rounds 3]
+``--gce`` adds a session on the gce backend to (f) and (h), on the Compute Engine and GCS emulators started for
+the run (no network: what remains is nbburst's own way to the VM and the Store's requests), beside the local one.
+
+Run alone: python bench/warm.py [--repeat 11] [--mib 100] [--rounds 3] [--gce]
 [--notebook tests/thirdparty/statsmodels/wls.ipynb];
 bench/overhead.py runs it too (its rows join that table). Needs the ``bench`` extra (ipyparallel, distributed).
 """
@@ -22,18 +25,19 @@ bench/overhead.py runs it too (its rows join that table). Needs the ``bench`` ex
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-SESSION, IPP, DASK = "session", "ipyparallel", "dask"
+SESSION, IPP, DASK, GCE = "session", "ipyparallel", "dask", "gce session"
 CELLS = {
     "x = 1": ("x = 1", "x"),
     "fit": (
@@ -54,8 +58,9 @@ def _fit_data() -> dict[str, Any]:
 class Peers:
     """The systems measured: a warm nbburst session, an ipyparallel engine, a Dask worker (one core each)."""
 
-    def __init__(self, burst: Any):
+    def __init__(self, burst: Any, gce: Any = None):
         self.burst = burst
+        self.gce = gce  # a Burst client whose sessions run on the gce backend (the emulators), or None
         self.ipp_cluster: Any = None
         self.view: Any = None
         self.dask: Any = None
@@ -80,6 +85,11 @@ class Peers:
         self.burst.sessions.start("bench", cores=1, idle="30m", timeout="2h", preload=["numpy", "sklearn"])
         self.session("x = 1", {})
         self.start_s["preloaded"] = time.perf_counter() - t
+        if self.gce is not None:
+            t = time.perf_counter()
+            self.gce.sessions.start("bench", cores=1, idle="30m", timeout="2h", preload=["numpy", "sklearn"])
+            self.session("x = 1", {}, self.gce)
+            self.start_s[GCE] = time.perf_counter() - t
         t = time.perf_counter()
         self.cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None)
         self.dask = Client(self.cluster)
@@ -100,15 +110,18 @@ class Peers:
         if self.dask is not None:
             self.dask.close()
             self.cluster.close()
-        for session in self.burst.sessions.all():
-            self.burst.sessions.stop(session.name)
+        for burst in (self.burst, self.gce):
+            for session in burst.sessions.all() if burst is not None else []:
+                burst.sessions.stop(session.name)
 
     # -- one cell on each system -----------------------------------------------------------------
-    def session(self, code: str, ns: dict[str, Any]) -> None:
-        """A %%burst cell on the session: submission until its variables are in ``ns``."""
+    def session(self, code: str, ns: dict[str, Any], burst: Any = None) -> None:
+        """A %%burst cell on the session (of ``burst``, the local one's by default): submission until its
+        variables are in ``ns``."""
         from nbburst.client.capture import capture
 
-        job = self.burst.submit_cell(code, capture(code, ns), self.burst.options(session="bench"))
+        burst = burst or self.burst
+        job = burst.submit_cell(code, capture(code, ns), burst.options(session="bench"))
         job.wait()
         job.outcome(ns).merge_into(ns)
 
@@ -146,12 +159,15 @@ def _cell_systems(peers: Peers, code: str, name: str, data: dict[str, Any]) -> d
         exec(code, ns)
         return ns[name]
 
-    return {
+    systems = {
         "plain": lambda: _run(code, dict(data)),
         SESSION: lambda: peers.session(code, dict(data)),
         IPP: lambda: peers.ipp(code),
         DASK: lambda: peers.dask.submit(dask_cell, pure=False, **scattered).result(),
     }
+    if peers.gce is not None and name == "x":
+        systems[GCE] = lambda: peers.session(code, dict(data), peers.gce)
+    return systems
 
 
 def cells(peers: Peers, repeat: int, Row: Any) -> list[Any]:
@@ -172,15 +188,15 @@ def big_input(peers: Peers, repeat: int, mib: int, Row: Any) -> list[Any]:
     peers.view.push({"big": big})
     future = peers.dask.scatter(big)
     read = "s = float(big.sum())"
-    times = rounds(
-        {
-            "plain": lambda: _run(read, {"big": big}),
-            SESSION: lambda: peers.session(read, {"big": big}),
-            IPP: lambda: peers.ipp(read),
-            DASK: lambda: peers.dask.submit(np.sum, future, pure=False).result(),
-        },
-        repeat,
-    )
+    systems = {
+        "plain": lambda: _run(read, {"big": big}),
+        SESSION: lambda: peers.session(read, {"big": big}),
+        IPP: lambda: peers.ipp(read),
+        DASK: lambda: peers.dask.submit(np.sum, future, pure=False).result(),
+    }
+    if peers.gce is not None:
+        systems[GCE] = lambda: peers.session(read, {"big": big}, peers.gce)
+    times = rounds(systems, repeat)
     rows = [_row(Row, f"(h) read an unchanged {mib} MiB input: added s", times)]
     _print_samples("read", times)
     n = mib * 2**20 // 8
@@ -204,6 +220,8 @@ def starts(peers: Peers, Row: Any) -> list[Any]:
     until a first ``x = 1`` has run on it."""
     s = peers.start_s
     print(f"(j) a session preloading numpy and scikit-learn: its first cell ran after {s['preloaded']:.3f} s")
+    if GCE in s:
+        print(f"(j) a gce session (emulators) preloading numpy and scikit-learn: first cell ran after {s[GCE]:.3f} s")
     row = Row("(j) start: seconds", "ipyparallel cluster", s[IPP], None)
     return [row.add(SESSION, s[SESSION]).add(DASK, s[DASK])]
 
@@ -270,7 +288,9 @@ def _row(Row: Any, name: str, times: dict[str, list[float]], target: float | Non
     added = {k: _added(v, times["plain"]) for k, v in times.items() if k != "plain"}
     base = max(statistics.median(added[IPP]), 1e-4)
     row = Row(name, "ipyparallel", statistics.median(added[IPP]), target)
-    for system in (SESSION, DASK):
+    for system in (SESSION, DASK, GCE):
+        if system not in added:
+            continue
         median = statistics.median(added[system])
         row.add(system, median, median / base)
     return row
@@ -288,6 +308,10 @@ def targets(rows: list[Any]) -> list[str]:
         if row.name.startswith(("(f)", "(h)", "(k)")) and SESSION in row.seconds:
             ok = row.seconds[SESSION] <= 0.05
             out.append(f"{row.name.split(':')[0]}: session adds {row.seconds[SESSION]:.3f} s (<= 0.05 s: {ok})")
+        if row.name.startswith(("(f)", "(h)")) and GCE in row.seconds:
+            limit = 0.15 if row.name.startswith("(f)") else 0.2
+            added = row.seconds[GCE]
+            out.append(f"{row.name.split(':')[0]}: gce session adds {added:.3f} s (<= {limit} s: {added <= limit})")
         if row.name.startswith("(k)") and row.worst is not None:
             out.append(f"(k) no cell over 0.2 s: the largest cell adds {row.worst:.3f} s ({row.worst <= 0.2})")
         if row.name.startswith("(j)"):
@@ -299,16 +323,49 @@ def measure(bench: Any, Row: Any) -> list[Any]:
     """All of the above on ``bench``'s Burst client (bench/overhead.py's :class:`Bench`)."""
     repeat = max(bench.args.repeat, 5)
     mib = getattr(bench.args, "mib", 100)
-    peers = Peers(bench.burst).start()
-    try:
-        rows = cells(peers, repeat, Row) + big_input(peers, repeat, mib, Row) + starts(peers, Row)
-    finally:
-        peers.stop()
+    with contextlib.ExitStack() as stack:
+        gce = stack.enter_context(gce_client(bench.work)) if getattr(bench.args, "gce", False) else None
+        peers = Peers(bench.burst, gce).start()
+        try:
+            rows = cells(peers, repeat, Row) + big_input(peers, repeat, mib, Row) + starts(peers, Row)
+        finally:
+            peers.stop()
     if getattr(bench.args, "notebook", None):
         rows += notebook(Path(bench.args.notebook), bench.work, Row, getattr(bench.args, "rounds", 3))
     for line in targets(rows):
         print(line)
     return rows
+
+
+@contextlib.contextmanager
+def gce_client(work: str) -> Iterator[Any]:
+    """A Burst client on the gce backend, its Compute Engine and GCS emulators started for the run (instant
+    boots: what is measured is nbburst's way to the VM, not Google's)."""
+    from nbburst.client.burst import Burst
+    from nbburst.testing import ComputeEmulator
+    from nbburst.testing.gcs import GCSEmulator
+    from nbburst.testing.secretmanager import SecretManagerEmulator
+
+    compute = ComputeEmulator(Path(work) / "compute", operation_delay=0.0).start()
+    gcs = GCSEmulator().start()
+    secrets = SecretManagerEmulator(compute.project).start()
+    compute.instance_env.update(secrets.env())  # the session VM reads its secret there
+    try:
+        gcs.create_bucket("bench")
+        os.environ.update({**gcs.env(), **compute.env(), **secrets.env(), "GOOGLE_CLOUD_PROJECT": compute.project})
+        os.environ["NBBURST_WATCHER"] = "false"  # no watcher VM: the run measures the session alone
+        local = {key: os.environ[key] for key in ("NBBURST_ROOT", "NBBURST_BACKEND", "NBBURST_STATE_DIR")}
+        state = os.path.join(work, "gce-state")  # its own sessions' records: both sessions are called "bench"
+        os.environ.update({"NBBURST_ROOT": "gs://bench/nbburst", "NBBURST_BACKEND": "gce", "NBBURST_STATE_DIR": state})
+        try:
+            burst = Burst()  # its settings are read now: the local client keeps its own
+        finally:
+            os.environ.update(local)
+        yield burst
+    finally:
+        compute.stop()
+        gcs.stop()
+        secrets.stop()
 
 
 def main() -> None:
@@ -321,6 +378,7 @@ def main() -> None:
     parser.add_argument("--notebook", default=str(HERE.parent / "tests/thirdparty/statsmodels/wls.ipynb"))
     parser.add_argument("--no-notebook", dest="notebook", action="store_const", const="")
     parser.add_argument("--rounds", type=int, default=3, help="runs of the notebook for (k)")
+    parser.add_argument("--gce", action="store_true", help="a session on the gce backend (emulators) too")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="nbburst-warm-")
     try:
