@@ -95,6 +95,7 @@ def measure(bench: Any, Row: Any) -> list[Any]:
     repeat = max(bench.args.repeat, 3)
     burst = bench.burst
     burst.sessions.start("figures", cores=1, idle="30m", timeout="2h", preload=[])
+    burst.sessions.default = None  # the %%burst rows run on a new machine each; the session rows name it
     rows = []
     try:
         for letter, (kind, (setup, code)) in zip("lm", FIGURES.items(), strict=True):
