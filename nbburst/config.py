@@ -72,6 +72,12 @@ class NBBurst(Configurable):
         "IN_USE_ADDRESSES quota) they reach Google's APIs through Private Google Access on their subnetwork and "
         "packages through Cloud NAT or an index mirror.",
     ).tag(config=True)
+    package_index = Unicode(
+        "",
+        help="gce: the package index (a PyPI mirror's simple URL) the VMs install from, uv's default index and "
+        "pip's index URL on the VM (default: PyPI). VMs without an external IP need it unless their network has "
+        "Cloud NAT.",
+    ).tag(config=True)
     disk_gb = Int(50, help="Boot disk size of VMs in GB.").tag(config=True)
     compute_endpoint = Unicode("", help="Compute Engine API endpoint (an emulator in tests).").tag(config=True)
     secretmanager_endpoint = Unicode("", help="Secret Manager API endpoint (an emulator in tests).").tag(config=True)

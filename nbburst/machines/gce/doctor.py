@@ -202,10 +202,17 @@ def _network(context: GCEContext, region: str) -> Check:
             "--enable-private-ip-google-access; and for packages Cloud NAT on the network (`gcloud compute routers "
             "nats create`) or a baked image (`nbburst image build`)",
         )
+    if settings.package_index:
+        return Check("network", True, f"{where}: no external IP, Private Google Access on, packages from the index")
     return Check(
         "network",
-        True,
-        f"{where}: no external IP, Private Google Access on (packages need Cloud NAT or a baked image)",
+        False,
+        f"{where}: no external IP, Private Google Access on; no package index is set, so VMs reach PyPI only if "
+        "the network has Cloud NAT",
+        fix="Cloud NAT on the network (`gcloud compute routers nats create`), or a package index they reach "
+        "(`%burst config package_index=https://MIRROR/simple`, $NBBURST_PACKAGE_INDEX), or a baked image "
+        "(`nbburst image build`)",
+        warning=True,
     )
 
 

@@ -250,6 +250,8 @@ class GCEMachines(Machines):
             "startup-script": vm.startup_script(),
             "shutdown-script": vm.shutdown_script(),
         }
+        if self.settings.package_index:
+            items[vm.PACKAGE_INDEX_KEY] = self.settings.package_index  # the VM's uv and pip install from it
         if gpu:
             items["install-nvidia-driver"] = "True"
         if worker is not None:

@@ -50,6 +50,11 @@ from __future__ import annotations
 
 from importlib.resources import files
 
+#: The instance metadata key naming the package index the VM installs from (c.NBBurst.package_index): the
+#: bootstrap gives it to uv (``UV_DEFAULT_INDEX``) and pip (``PIP_INDEX_URL``), and leaves it in
+#: ``BASE/package-index`` for startup.sh to give the agent (see ``vmlib.use_package_index``).
+PACKAGE_INDEX_KEY = "nbburst-package-index"
+
 
 def read(name: str) -> str:
     """The text of the file ``name`` of this folder."""

@@ -56,6 +56,7 @@ from vmlib import (
     secret,
     shared_venv,
     split_gs,
+    use_package_index,
     uv_binary,
 )
 
@@ -179,6 +180,7 @@ def main(base: str) -> None:
     except Unreadable as exc:
         die(str(exc))
     keep_key(base, key_hex)
+    use_package_index(base, say)
     root, _, job_id = url.rstrip("/").rpartition("/jobs/")
     bucket_name, prefix = split_gs(root)
     bucket = Bucket(bucket_name, say)

@@ -15,6 +15,9 @@ say "begin (python: ${PY:-none}, folder: $BASE)"
 [ -n "$PY" ] || powerdown "the image has no python3"
 write_programs "$BASE/vm" || powerdown "cannot write the bootstrap to $BASE/vm"
 "$PY" "$BASE/vm/bootstrap.py" "$BASE" || powerdown "could not install nbburst on this VM (see above)"
+# the package index the bootstrap found in the metadata (c.NBBurst.package_index): the agent's installs use it too
+INDEX="$(cat "$BASE/package-index" 2>/dev/null)"
+[ -z "$INDEX" ] || export UV_DEFAULT_INDEX="$INDEX" PIP_INDEX_URL="$INDEX"
 # The agent runs in a session of its own, its output in its own log file that tail copies to the serial
 # console. The guest agent's runner reads this script's output line by line (a line over 64 KiB stops it) and,
 # at a spot VM's soft-off, is stopped alone (KillMode=process): this script's pipe then breaks and nothing

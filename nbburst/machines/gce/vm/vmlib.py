@@ -270,6 +270,20 @@ def package_index() -> str:
     )
 
 
+def use_package_index(base: str, say: Any) -> str:
+    """The package index the instance metadata names (c.NBBurst.package_index: a VM without an external IP
+    reaches PyPI only through Cloud NAT, or a mirror), made uv's and pip's for this program and what it runs,
+    and left in ``BASE/package-index`` for the agent startup.sh starts; "" when it names none."""
+    index = (md("instance/attributes/nbburst-package-index", "") or "").strip()
+    if index:
+        os.environ["UV_DEFAULT_INDEX"] = os.environ["PIP_INDEX_URL"] = index
+        where = urllib.parse.urlsplit(index)
+        say(f"packages from the index at {where.hostname}{where.path}")  # a mirror's URL may carry credentials
+    with open(os.path.join(base, "package-index"), "w") as f:
+        f.write(index)
+    return index
+
+
 def uv_binary(base: str, say: Any) -> str:
     """The uv to use: the image's, or one fetched before (``BASE/bin/uv``), else the newest uv wheel for this
     machine from the package index, checked against the index's SHA-256."""
