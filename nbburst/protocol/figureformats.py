@@ -9,11 +9,21 @@ backend, and would show the Figure's text alone. And ``%config InlineBackend.fig
 would not know. So the kernel's settings travel with the cell as any process state does
 (:mod:`.state`), and the shell where they land draws Figures as the other one did; a cell that
 changes them changes them in the kernel too.
+
+The state is read and set as soon as ``matplotlib.figure`` is imported, which pyplot does at its
+top: importing matplotlib_inline then would import its backend in the middle of pyplot's own
+import, and the backend would leave configuring the shell until after the cell (so a cell's
+``plt.show()`` would show text). So until the inline backend is imported, the settings are read
+from and written to the shell's configuration, which it starts from when it is imported.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
+
+#: The inline backend's settings that travel (its configurable traits of the same names).
+SETTINGS = ("figure_formats", "print_figure_kwargs", "close_figures")
 
 
 def _shell() -> Any:
@@ -22,24 +32,33 @@ def _shell() -> Any:
     return get_ipython()
 
 
+def _backend_settings() -> Any:
+    """The inline backend's settings object once its module is imported and it is made, else None."""
+    config = sys.modules.get("matplotlib_inline.config")
+    if config is None or not config.InlineBackend.initialized():
+        return None
+    return config.InlineBackend.instance()
+
+
 def current() -> dict[str, Any] | None:
-    """The shell's settings of the inline backend, and whether it shows Figures as images already;
-    None where no shell runs or matplotlib_inline is not installed."""
+    """The shell's settings of the inline backend (what it has, or what its configuration says it will start
+    from), and whether it shows Figures as images already; None where no shell runs."""
     shell = _shell()
     if shell is None:
         return None
-    try:
-        from matplotlib_inline.config import InlineBackend
-    except ImportError:
-        return None
     from matplotlib.figure import Figure
 
-    # Not made yet: the shell's config (what `%config` set before pyplot's import) is what it will start from.
-    settings = InlineBackend.instance() if InlineBackend.initialized() else InlineBackend(parent=shell)
+    made = _backend_settings()
+    if made is not None:
+        settings = {name: getattr(made, name) for name in SETTINGS}
+    else:
+        configured = shell.config.get("InlineBackend", {})
+        settings = {name: configured[name] for name in SETTINGS if name in configured}
+    settings = {
+        k: sorted(v) if isinstance(v, set) else dict(v) if isinstance(v, dict) else v for k, v in settings.items()
+    }
     return {
-        "formats": sorted(settings.figure_formats),
-        "kwargs": dict(settings.print_figure_kwargs),
-        "close": bool(settings.close_figures),
+        "settings": settings,
         "shown": any(Figure in f.type_printers for f in shell.display_formatter.formatters.values()),
     }
 
@@ -49,16 +68,17 @@ def apply(value: dict[str, Any] | None) -> None:
     shell = _shell()
     if shell is None or value is None:
         return
-    from IPython.core.pylabtools import select_figure_formats
-    from matplotlib_inline.config import InlineBackend
-
-    settings = InlineBackend.instance(parent=shell)
-    settings.close_figures = value["close"]
-    settings.print_figure_kwargs = value["kwargs"]
-    settings.figure_formats = set(value["formats"])
+    settings = {k: set(v) if k == "figure_formats" else v for k, v in value["settings"].items()}
+    made = _backend_settings()
+    if made is None:
+        for name, setting in settings.items():  # what the backend starts from when it is imported
+            shell.config.InlineBackend[name] = setting
+    else:
+        for name, setting in settings.items():
+            setattr(made, name, setting)
     if value["shown"]:
-        # As configure_inline_support does: a later `%config InlineBackend...` applies at once.
-        settings.shell = shell
-        if settings not in shell.configurables:
-            shell.configurables.append(settings)
-        select_figure_formats(shell, settings.figure_formats, **settings.print_figure_kwargs)
+        from IPython.core.pylabtools import select_figure_formats
+
+        formats = settings.get("figure_formats", {"png"}) if made is None else made.figure_formats
+        kwargs = settings.get("print_figure_kwargs", {}) if made is None else made.print_figure_kwargs
+        select_figure_formats(shell, formats, **kwargs)
