@@ -47,6 +47,12 @@ START_SECONDS = 900.0
 ASK_SECONDS = 60.0
 #: How long the client tries to reach the VM's push channel before it writes to the Store instead.
 CONNECT_SECONDS = 2.0
+#: How long after a failed attempt the client goes straight to the Store: a firewall that drops the connection
+#: would otherwise cost every cell :data:`CONNECT_SECONDS`.
+RETRY_SECONDS = 300.0
+
+#: Until when (monotonic) the push channel of each session's boot is not tried again, after it could not be reached.
+_unreachable: dict[tuple[str, int], float] = {}
 
 
 class SessionUnreachable(UsageError, ConnectionError):
@@ -89,19 +95,22 @@ class MailboxTransport(Transport):
 
     def _dial(self, record: SessionRecord) -> ssl.SSLSocket | None:
         """A connection to the push channel of the session's current boot, or None when there is none to reach."""
-        if not record.push or not record.tls:
+        boot = (record.session_id, record.restarts)
+        if not record.push or not record.tls or time.monotonic() < _unreachable.get(boot, 0.0):
             return None
         try:
             return sessionpush.connect(record.push, record.tls, CONNECT_SECONDS)
         except (OSError, ValueError):
+            _unreachable[boot] = time.monotonic() + RETRY_SECONDS
             return None
 
     def _push(
-        self, session: Session, place: str, raw: bytes, timeout: float
+        self, session: Session, place: str, raw: bytes, timeout: float, dial: bool
     ) -> tuple[ssl.SSLSocket, dict[str, Any]] | None:
-        """Send a sealed request down the push channel (the connection :meth:`up` made, if any): the connection
-        and the relay's answer, or None when it could not be delivered (the Store then carries it)."""
-        conn, session.pending = session.pending or self._dial(session.record), None
+        """Send a sealed request down the push channel (the connection :meth:`up` made, else a new one if
+        ``dial``): the connection and the relay's answer, or None when it could not be delivered (the Store then
+        carries it)."""
+        conn, session.pending = session.pending or (self._dial(session.record) if dial else None), None
         if conn is None:
             return None
         try:
@@ -145,7 +154,7 @@ class MailboxTransport(Transport):
             raise SessionUnreachable(f"session {record.name!r}: its VM is not running")
         kind = sessionwire.STOP if request.get("stop") else sessionwire.STATE
         place, raw = self._seal(record, kind)
-        pushed = self._push(session, place, raw, ASK_SECONDS)
+        pushed = self._push(session, place, raw, ASK_SECONDS, dial=True)
         if pushed is not None:
             pushed[0].close()
             if pushed[1].get("answers") == place:
@@ -155,10 +164,11 @@ class MailboxTransport(Transport):
         return self._wait(record, lambda s: s.get("answers") == place, ASK_SECONDS, "answer")
 
     def launch(self, session: Session, job: Job, attempt: int) -> None:
-        """Hand the claimed ``attempt`` of ``job`` to the session's VM; ``job.wait`` reads the job's folder."""
+        """Hand the claimed ``attempt`` of ``job`` to the session's VM; ``job.wait`` reads the job's folder (woken
+        by the push channel when the connection :meth:`up` made carried the cell; :meth:`up` just tried it)."""
         fields = {"job": job.url, "key": job.key(), "attempt": attempt, "imports": job.cell_imports}
         place, raw = self._seal(session.record, sessionwire.CELL, **fields)
-        pushed = self._push(session, place, raw, CONNECT_SECONDS + sessionpush.HANDSHAKE_SECONDS)
+        pushed = self._push(session, place, raw, CONNECT_SECONDS + sessionpush.HANDSHAKE_SECONDS, dial=False)
         if pushed is not None and pushed[1].get("carried"):
             pushed[0].settimeout(None)
             job.wake = Wakeup(pushed[0])  # the controller's news, carried by the relay
