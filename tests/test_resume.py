@@ -114,6 +114,14 @@ scores = list(search.cv_results_["mean_test_score"])
     assert scores == ns["scores"]
 
 
+def test_a_refusal_names_the_job_as_the_user_did(burst_env):
+    burst = Burst()
+    named = submit(burst, "x = 1", name="a0")
+    finished(named)
+    with pytest.raises(ResumeRefused, match=rf"--resume: job a0 \({named.id}\) has no checkpoints"):
+        submit(burst, "x = 2", resume="a0")
+
+
 def test_resume_refusals(burst_env):
     burst = Burst()
     with pytest.raises(ResumeRefused, match="no job with id or name 'nowhere'"):

@@ -145,7 +145,7 @@ class Burst:
         key = self.keyring.create(job_id, store.url)
         try:
             if source is not None:  # its checkpoints, verified and sealed again for this job (before its spec)
-                resume.carry_over(source.folder, JobFolder(store, layout, key))
+                resume.carry_over(source.folder, JobFolder(store, layout, key), source.label)
             spec = self._write_job(
                 store, layout, key, kind, code, encoded, inputs, files, options, outputs, deletes, plan.to_dict()
             )
@@ -239,7 +239,7 @@ class Burst:
             raise resume.ResumeRefused(
                 f"--resume: job {ref} cannot be verified here, so neither can its checkpoints: {exc}"
             ) from None
-        resume.check_source(source.folder)
+        resume.check_source(source.folder, source.label)
         return source
 
     # -- lookup -----------------------------------------------------------------

@@ -91,6 +91,12 @@ class Job:
         return self.spec.name
 
     @property
+    def label(self) -> str:
+        """The job as its messages name it: by the name the user gave it (``--name``), with its id."""
+        name = self.name
+        return self.id if name == self.id else f"{name} ({self.id})"
+
+    @property
     def url(self) -> str:
         """The job's URL (what its agent is started with)."""
         return job_url(self.store.url, self.id)
@@ -367,20 +373,20 @@ class Job:
             try:  # sealed at the attempt that held the job: a superseded attempt's or a forged one is refused
                 data = verdict_object(self.folder, self.layout.result)[1]
             except NotFound:
-                missing = f"job {self.id} succeeded but its result.pkl is missing from the Store"
+                missing = f"job {self.label} succeeded but its result.pkl is missing from the Store"
                 raise JobFailed(missing, state.value) from None
             target = namespace if namespace is not None else self.namespace
             if self.imports_ahead is not None:
                 self.imports_ahead.join()  # its modules are the values' modules: imported by one thread at a time
             return CellResult.load(data, target if target is not None else user_namespace(), self.inner)
         if not state.terminal:
-            raise JobFailed(f"job {self.id} has not finished (it is {state.value})", state.value)
+            raise JobFailed(f"job {self.label} has not finished (it is {state.value})", state.value)
         if state == State.FAILED and holds_verdict(self.folder, self.layout.error):  # not a superseded one
             raise_remote(self.remote_error())
         reason = self.terminal().reason if self.terminal() else state.value  # type: ignore[union-attr]
         if state == State.CANCELLED:
-            raise JobCancelled(f"job {self.id} was cancelled: {reason}")
-        raise JobFailed(f"job {self.id} failed: {reason}")
+            raise JobCancelled(f"job {self.label} was cancelled: {reason}")
+        raise JobFailed(f"job {self.label} failed: {reason}")
 
     def remote_error(self) -> dict[str, Any]:
         return read_error(self.store, self.layout, self.key())
@@ -389,7 +395,7 @@ class Job:
         """Wait, then return the value (``submit``) or the dict of variables (a cell)."""
         state = self.wait(timeout)
         if not state.terminal:
-            raise TimeoutError(f"job {self.id} is still {state.value} after {timeout} s")
+            raise TimeoutError(f"job {self.label} is still {state.value} after {timeout} s")
         return self.value_of(self.outcome())
 
     def files(self) -> dict[str, int]:

@@ -38,22 +38,23 @@ class ResumeRefused(UsageError):
     """The job to resume from has no checkpoints, or they cannot be verified; nothing was launched."""
 
 
-def check_source(source: JobFolder) -> list[str]:
-    """The keys of ``source``'s checkpoints; :class:`ResumeRefused` when there are none."""
+def check_source(source: JobFolder, label: str) -> list[str]:
+    """The keys of ``source``'s checkpoints; :class:`ResumeRefused` when there are none. ``label`` names the job
+    as the user did (``Job.label``)."""
     keys = source.store.list(source.layout.checkpoints)
     if not keys:
         raise ResumeRefused(
-            f"--resume: job {source.job_id} has no checkpoints to resume from (a cell keeps state for a later job "
+            f"--resume: job {label} has no checkpoints to resume from (a cell keeps state for a later job "
             "with nbburst.checkpoint.save / range / folder(), or runs a joblib-parallel search)"
         )
     return keys
 
 
-def carry_over(source: JobFolder, target: JobFolder) -> int:
+def carry_over(source: JobFolder, target: JobFolder, label: str) -> int:
     """Copy ``source``'s checkpoints into ``target``'s folder, verified and sealed again for ``target``.
 
     Returns how many objects were copied; :class:`ResumeRefused` when one does not verify."""
-    keys = check_source(source)
+    keys = check_source(source, label)
     copied = 0
     with tempfile.TemporaryDirectory(prefix="nbburst-resume-") as tmp:
         scratch = Path(tmp) / "object"
@@ -65,11 +66,11 @@ def carry_over(source: JobFolder, target: JobFolder) -> int:
                 continue  # collected by the still running job meanwhile
             except signing.SignatureError as exc:
                 raise ResumeRefused(
-                    f"--resume: the checkpoints of job {source.job_id} do not verify, so nothing of them is used: {exc}"
+                    f"--resume: the checkpoints of job {label} do not verify, so nothing of them is used: {exc}"
                 ) from None
             copied += 1
     if not copied:
-        check_source(source)  # every one went while copying: say there are none
+        check_source(source, label)  # every one went while copying: say there are none
     return copied
 
 
