@@ -14,6 +14,7 @@ import pytest
 from cryptography.exceptions import InvalidTag
 from support import held_cell, wait_until
 
+from nbburst.agent.session.relay import IDLE_POLL_SECONDS, POLL_SECONDS, STORE_BUSY_SECONDS, Relay
 from nbburst.client.burst import Burst
 from nbburst.client.capture import capture
 from nbburst.errors import UsageError
@@ -21,6 +22,7 @@ from nbburst.machines.base import machine_name
 from nbburst.protocol import sessionpush, sessionwire
 from nbburst.protocol.job import State, blob_key
 from nbburst.protocol.sealed import Refused
+from nbburst.store import open_store
 from nbburst.ui import cli
 
 #: The cell's warm parent: the parent of its controller (the runner's parent).
@@ -268,3 +270,15 @@ def test_a_stranger_or_a_forged_request_on_the_push_channel_is_refused(burst, co
     ns: dict[str, Any] = {}
     job = run(burst, PARENT + "c = 3", ns)
     assert job.state == State.SUCCEEDED and ns["c"] == 3, job.logs()
+
+
+def test_the_relay_lists_slowly_once_cells_come_by_push_and_at_once_again_when_one_comes_through_the_store(tmp_path):
+    relay = Relay(open_store(str(tmp_path / "store")), "session-a-1", bytes(16), 0, str(tmp_path))
+    assert relay.poll_seconds() == POLL_SECONDS, "no push yet: a client that cannot reach the VM is served at once"
+    relay.pushed = True
+    assert relay.poll_seconds() == POLL_SECONDS, "a request came through the Store lately (the start)"
+    relay.stored_at = time.monotonic() - STORE_BUSY_SECONDS - 1
+    assert relay.poll_seconds() == IDLE_POLL_SECONDS
+    assert 60 / IDLE_POLL_SECONDS <= 3, "an idle session pushing its cells: a few Store operations a minute"
+    relay.stored_at = time.monotonic()
+    assert relay.poll_seconds() == POLL_SECONDS
