@@ -1,6 +1,6 @@
 """What the warm parent does once, after it imported the notebook's modules, so that no cell's process must.
 
-A process's first matplotlib figure costs three times its next ones (0.23 s against 0.08 s here): drawing
+A process's first matplotlib figure costs several times its next ones (docs/performance.md): drawing
 it loads the fonts, encoding it imports the image writers. Every cell's process is a fork of the warm
 parent: unless the parent drew a figure, each plotting cell pays the first figure's price, where a kernel
 pays it once.
