@@ -5,11 +5,14 @@ included. A page renamed or moved, or a section retitled, fails here rather than
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 PAGES = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+NOTEBOOKS = REPO / "notebooks"
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
 
@@ -57,3 +60,26 @@ def test_every_link_between_the_pages_and_to_the_repository_reaches_something():
             elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
                 broken.append(f"{page.relative_to(REPO)}: {target} (no such heading)")
     assert not broken, "\n".join(broken)
+
+
+def test_the_site_builds_without_a_warning(tmp_path):
+    """Sphinx with warnings as errors: a link to a page or a heading that is not there, a docstring autodoc
+    cannot read or a page left out of the table of contents fails here."""
+    build = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert build.returncode == 0, build.stderr
+    reference = (tmp_path / "reference.html").read_text()
+    assert ">c.NBBurst.backend<" in reference, "the configuration table"
+    assert 'id="nbburst-image-build"' in reference, "the --help of every command, sub-commands included"
+    assert 'id="nbburst.checkpoint.save"' in reference and 'id="nbburst.client.job.Job.wait"' in reference
+    examples = {p.stem for p in (tmp_path / "examples").glob("*.html")}
+    assert examples == {p.stem for p in NOTEBOOKS.glob("*.ipynb")}, "every example notebook has its page"
+
+
+def test_every_example_notebook_is_in_the_site():
+    linked = {p.name for p in (DOCS / "examples").iterdir() if p.resolve().parent == NOTEBOOKS}
+    assert linked == {p.name for p in NOTEBOOKS.glob("*.ipynb")}, "docs/examples/ links each of notebooks/"
