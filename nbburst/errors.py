@@ -15,6 +15,10 @@ class UsageError(BurstError, ValueError):
     """An option or argument is wrong; nothing was launched."""
 
 
+class NotPermitted(BurstError):
+    """The cloud refused a machine's launch or start to this account (403): no retry gets past it."""
+
+
 class CaptureError(BurstError):
     """A value the cell needs cannot be sent to the machine; nothing was launched."""
 

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ...errors import NotPermitted
 from ...protocol.job import State
 from ...protocol.signing import SignatureError
 from ...store.base import elapsed
@@ -54,6 +55,7 @@ class Loop:
         report: Callable[[Job, State, bool], None] | None = None,
         problem: Callable[[str, str], None] = print_problem,
         handles: bool = False,
+        refused: Callable[[NotPermitted], None] | None = None,
     ):
         """``report(job, state, relaunched)`` follows each step; ``problem(key, text)`` says what went wrong with
         job ``key`` ("" for the round as a whole), and is called with text "" once it went right."""
@@ -66,6 +68,7 @@ class Loop:
         self.report = report
         self.problem = problem
         self.handles = handles
+        self.refused = refused  # hears of a relaunch refused to this host's account (Supervisor)
         self.supervisors: dict[str, Supervisor] = {}  # job id -> its supervisor, for each unfinished job in hand
         self.ended: set[str] = set()  # jobs seen ended (or unverifiable): later rounds skip them unread
 
@@ -90,7 +93,7 @@ class Loop:
                         self.ended.add(job.id)
                         continue
                     else:
-                        sup = Supervisor(job)
+                        sup = Supervisor(job, refused=self.refused)
                     self.supervisors[job.id] = sup
                 before = job.attempt
                 state = job.supervise() if self.handles else sup.step()

@@ -41,8 +41,10 @@ import random
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ...errors import NotPermitted
 from ...machines.base import GONE, STOPPED, NoCapacity, machine_name
 from ...protocol import fence, sealed
 from ...protocol.cause import console_cause
@@ -185,8 +187,10 @@ class Lease:
 class Supervisor:
     """Relaunches one job after preemptions. Cheap to step while nothing needs doing."""
 
-    def __init__(self, job: Job, holder: str | None = None):
+    def __init__(self, job: Job, holder: str | None = None, refused: Callable[[NotPermitted], None] | None = None):
+        """``refused(error)`` hears of a relaunch the cloud refused to this host's account (the job fails)."""
         self.job = job
+        self.refused = refused
         self.lease = Lease(job, holder)
         self.ended = False
         self.workers: workers.Replacer | None = None  # a --workers job's, made on first use
@@ -274,6 +278,8 @@ class Supervisor:
         except NoCapacity as exc:
             return self._no_capacity(attempt, claim, resources, waiting, exc)
         except Exception as exc:
+            if isinstance(exc, NotPermitted) and self.refused is not None:
+                self.refused(exc)
             self._event(plan, attempt, "failed", str(exc), resources)
             return job.commit(
                 State.FAILED, f"could not restart the machine for attempt {attempt}: {exc}", by="supervisor"

@@ -21,6 +21,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ... import config
+from ...errors import NotPermitted
 from ...machines.gce import watcher
 from ...machines.gce.keysecret import KeySecrets
 from ...machines.gce.machines import GCEMachines
@@ -30,6 +31,7 @@ from ...store.base import elapsed
 from .loop import Loop, stop_on_sigterm
 
 if TYPE_CHECKING:
+    from ...store import Store
     from ..burst import Burst
 
 #: Seconds before a job key that could not be read is asked for again (its secret may be made meanwhile).
@@ -93,6 +95,26 @@ def busy(burst: Burst, keys: Keys) -> bool:
     return bool(loop.supervisors)
 
 
+class Said:
+    """What this watcher says in the Store (:func:`watcher.say_state`): watching or leaving, and, once Compute
+    Engine refused it a relaunch (403), that it cannot relaunch, with the refusal and the roles its account
+    needs; the client's doctor and job views read it."""
+
+    def __init__(self, store: Store, name: str):
+        self.store, self.name = store, name
+        self.state, self.refused = "watching", ""
+
+    def __call__(self, state: str) -> None:
+        self.state = state
+        watcher.say_state(self.store, self.name, state, self.refused)
+
+    def refusal(self, error: NotPermitted) -> None:
+        account = metadata("instance/service-accounts/default/email", timeout=10) or ""
+        self.refused = watcher.cannot_relaunch(str(error), account)
+        print(f"nbburst watch: {self.refused}", flush=True)
+        self(self.state)
+
+
 def main(argv: list[str]) -> int:
     base = argv[0] if argv else os.environ.get("NBBURST_HOME", os.getcwd())
     name = configure(base)
@@ -103,15 +125,16 @@ def main(argv: list[str]) -> int:
     keys = Keys(key_secrets(settings))
     idle = parse_duration(settings.watcher_idle, "watcher_idle")
     stopping = stop_on_sigterm()
-    watcher.say_state(burst.store, name, "watching")
+    say = Said(burst.store, name)
+    say("watching")
     while True:
-        Loop(burst, settings.watcher_interval, idle=idle, before_round=keys).serve(stopping)
+        Loop(burst, settings.watcher_interval, idle=idle, before_round=keys, refused=say.refusal).serve(stopping)
         if stopping.is_set():
             return 0  # the VM is stopping or being deleted: nothing to add
-        watcher.say_state(burst.store, name, "leaving")
+        say("leaving")
         if not busy(burst, keys):
             break
-        watcher.say_state(burst.store, name, "watching")  # a job came in while it was leaving
+        say("watching")  # a job came in while it was leaving
     print(f"nbburst watch: no unfinished job for {settings.watcher_idle}: deleting this VM ({name})", flush=True)
     GCEMachines(settings).watchers.delete(name)
     return 0

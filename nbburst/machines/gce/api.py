@@ -240,9 +240,14 @@ class ComputeAPI:
         self._images: dict[str, tuple[int, str]] = {}  # image path -> (diskSizeGb, architecture)
 
     def credentials(self) -> Any:
-        """Anonymous credentials for an emulator, else Application Default Credentials (UsageError if none)."""
+        """Anonymous credentials for an emulator (on an emulated VM, its service account's, so that the emulator
+        judges the VM's calls as that account's), else Application Default Credentials (UsageError if none)."""
         if self._creds is None:
-            if self.endpoint:
+            if self.endpoint and os.environ.get("GCE_METADATA_HOST"):
+                from google.auth import compute_engine
+
+                self._creds = compute_engine.Credentials()
+            elif self.endpoint:
                 from google.auth.credentials import AnonymousCredentials
 
                 self._creds = AnonymousCredentials()

@@ -45,7 +45,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ... import config
-from ...errors import BurstError, UsageError
+from ...errors import BurstError, NotPermitted, UsageError
 from ...protocol import budget, dist, envcache, pricing, signing
 from ...protocol.job import JobLayout, JobSpec, Resources, job_url, split_job_url
 from ...store import NotFound
@@ -299,14 +299,11 @@ class GCEMachines(Machines):
         except gexc.Conflict:
             return  # it exists: made by an earlier try of this very launch (the name is the job's)
         except gexc.Forbidden as exc:
-            raise BurstError(
-                f"{what}: {exc.message}"
-                + (
-                    f" — request more quota: {self.api.quota_link('CPUS')}"
-                    if "quota" in exc.message.lower()
-                    else " — the account needs the Compute Instance Admin role"
-                    " and permission to use the service account"
-                )
+            if "quota" in exc.message.lower():
+                raise BurstError(f"{what}: {exc.message} — request more quota: {self.api.quota_link('CPUS')}") from None
+            raise NotPermitted(
+                f"{what}: {exc.message} — the account needs the Compute Instance Admin role"
+                " and permission to use the service account"
             ) from None
         except gexc.BadRequest as exc:
             if "does not exist in zone" in exc.message or "not available" in exc.message:
@@ -566,6 +563,8 @@ class GCEMachines(Machines):
     def restart(self, name: str, spec: JobSpec, job_url: str, key: bytes, attempt: int) -> str:
         """Start the stopped VM again (its disk keeps the venv and pip cache), or make a new one when it is
         gone, or elsewhere when the supervisor moves the job (another zone, on-demand)."""
+        from google.api_core import exceptions as gexc
+
         found = self._get(name)
         if found is None:
             return self.launch(spec, job_url, key, attempt)
@@ -584,9 +583,12 @@ class GCEMachines(Machines):
             )
             self.delete(name, wait=True)
             return self.launch(spec, job_url, key, attempt)
-        self._set_attempt(inst, zone, attempt)
         what = f"starting VM {name} in {zone}"
-        op = self.api.start_instance(zone, name, what)
+        try:
+            self._set_attempt(inst, zone, attempt)
+            op = self.api.start_instance(zone, name, what)
+        except gexc.Forbidden as exc:
+            raise NotPermitted(f"{what}: {exc.message} — the account needs the Compute Instance Admin role") from None
         codes, message = gce_api.operation_errors(self.api.wait(op, what, zone=zone))
         self.api.check_insert(what, zone, codes, message)
         if codes:
@@ -702,7 +704,7 @@ class GCEMachines(Machines):
         quota for ``resources`` (default: the default machine), and the image (see gce_doctor)."""
         checks = gce_doctor.doctor(self.context, resources)
         try:
-            checks.append(self.watchers.check(config.store_url(self.settings, "gce")))
+            checks.append(self.watchers.check(self.context.store_for(config.store_url(self.settings, "gce"))))
         except Exception as exc:  # the checks above say why Compute Engine cannot be reached
             checks.append(Check("watcher", False, f"not checked: {type(exc).__name__}: {exc}", warning=True))
         return checks

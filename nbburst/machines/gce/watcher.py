@@ -73,9 +73,30 @@ def state_key(name: str) -> str:
     return f"{STATE_PREFIX}{name}.json"
 
 
-def say_state(store: Store, name: str, state: str) -> None:
-    """Record that watcher ``name`` is ``watching`` or ``leaving`` (written by the watcher itself)."""
-    store.put(state_key(name), json.dumps({"vm": name, "state": state, "at": time.time()}).encode())
+def say_state(store: Store, name: str, state: str, refused: str = "") -> None:
+    """Record that watcher ``name`` is ``watching`` or ``leaving`` (written by the watcher itself), and whether it
+    can relaunch jobs: ``refused``, the refusal (403) a relaunch got from Compute Engine, says it cannot."""
+    record = {"vm": name, "state": state, "at": time.time(), "can_relaunch": not refused, "refused": refused}
+    store.put(state_key(name), json.dumps(record).encode())
+
+
+def refusal(store: Store, name: str) -> str:
+    """Why watcher ``name`` cannot relaunch jobs, as it said (with the fix); "" when it can, or said nothing."""
+    try:
+        record = json.loads(store.get(state_key(name)))
+    except (NotFound, ValueError):
+        return ""
+    return "" if record.get("can_relaunch", True) else str(record.get("refused") or "")
+
+
+def cannot_relaunch(error: str, account: str) -> str:
+    """What a watcher whose relaunch was refused says: the refusal and the roles its account needs
+    (https://cloud.google.com/compute/docs/access/iam: Compute Instance Admin (v1) to create and start VMs, and
+    Service Account User to run them as a service account)."""
+    return (
+        f"the watcher cannot relaunch: {error}; fix: grant roles/compute.instanceAdmin.v1 and Service Account User "
+        f"(roles/iam.serviceAccountUser) to {account or 'the watcher VM service account'}"
+    )
 
 
 def leaving(store: Store, name: str) -> bool:
@@ -230,9 +251,9 @@ class Watchers:
         if found is not None:
             self.context.api.delete_instance(found[1], name, f"deleting the watcher VM {name}")
 
-    def check(self, store_url: str) -> Check:
-        """For ``nbburst doctor``: whether the Store's watcher runs, and what it is."""
-        name = watcher_name(store_url)
+    def check(self, store: Store) -> Check:
+        """For ``nbburst doctor``: whether the Store's watcher runs, what it is, and whether it can relaunch."""
+        name = watcher_name(store.url)
         if not self.settings.watcher:
             return Check(
                 "watcher",
@@ -242,6 +263,9 @@ class Watchers:
                 fix="c.NBBurst.watcher = True",
                 warning=True,
             )
+        refused = refusal(store, name)
+        if refused:
+            return Check("watcher", False, refused, fix="grant the roles it names, then submit a job")
         found = self.find(name)
         now = f"{name} is {found[0].status} in {found[1]}" if found else f"none runs; the next job starts {name}"
         return Check(

@@ -57,6 +57,7 @@ import time
 import uuid
 from pathlib import Path
 
+from nbburst.testing import tokens
 from nbburst.testing.compute import catalog as cat
 from nbburst.testing.compute.billing import Catalog
 from nbburst.testing.compute.instance import Instance, fingerprint, kill, reap, scan_processes, write_shims
@@ -139,6 +140,8 @@ class ComputeEmulator(LifecycleMixin):
         self._networks: dict[tuple[str, str], cat.Network] = {}
         #: APIs turned off in the project (Service Usage, see :meth:`set_service`); every other one is on.
         self.disabled_services: set[str] = set()
+        #: Service accounts whose instances.insert and instances.start are refused (see :meth:`refuse_launches`).
+        self.launch_refused: set[str] = set()
         self._instances: dict[tuple[str, str, str], Instance] = {}
         self._ops: dict[tuple[str, str, str], dict] = {}
         self._request_ids: dict[tuple[str, str], tuple[str, str, str]] = {}
@@ -348,6 +351,20 @@ class ComputeEmulator(LifecycleMixin):
             "config": {"name": name},
             "state": state,
         }
+
+    def refuse_launches(self, account: str) -> None:
+        """Refuse ``account`` (a service account's e-mail) instances.insert and instances.start, as Google does
+        to an account without ``compute.instances.create``/``start``: roles/compute.instanceAdmin.v1 grants them
+        (https://cloud.google.com/compute/docs/access/iam#compute.instanceAdmin.v1)."""
+        with self._lock:
+            self.launch_refused.add(account)
+
+    def check_launch_allowed(self, token: str | None, permission: str, resource: str) -> None:
+        """403 with Google's message when the caller (the service account ``token`` was minted for by an
+        emulated metadata server) may not ``permission`` on ``resource``
+        (https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-vm-creation#permission_errors)."""
+        if tokens.holder(token or "") in self.launch_refused:
+            raise ComputeError(403, "forbidden", f"Required '{permission}' permission for '{resource}'")
 
     def check_compute_enabled(self, project: str) -> None:
         """403 accessNotConfigured when the project's Compute Engine API is off, with Google's message

@@ -460,7 +460,8 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError as e:
                 raise ComputeError(400, "parseError", f"Parse Error: {e}") from None
             _record(emu, method, path, query, body, self.headers.get("x-goog-api-client", ""))
-            status, payload = 200, self._dispatch(emu, method, path, query, body)
+            token = self.headers.get("Authorization", "").removeprefix("Bearer ").strip() or None
+            status, payload = 200, self._dispatch(emu, method, path, query, body, token)
         except ComputeError as e:
             status, payload = e.code, e.payload()
         except Exception as e:
@@ -474,7 +475,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     @staticmethod
-    def _dispatch(emu, method: str, path: str, query: dict, body):
+    def _dispatch(emu, method: str, path: str, query: dict, body, token: str | None = None):
         path = path.rstrip("/") or "/"
         known_path = False
         for m, pattern, fn in _ROUTES:
@@ -484,6 +485,16 @@ class _Handler(BaseHTTPRequestHandler):
                 if m == method:
                     if path.startswith("/compute/v1/projects/"):
                         emu.check_compute_enabled(match.group("project"))
+                    if fn is _insert:
+                        emu.check_launch_allowed(
+                            token,
+                            "compute.instances.create",
+                            f"{path.removeprefix('/compute/v1/')}/{body.get('name', '')}",
+                        )
+                    elif fn is _verb and match.group("verb") == "start":
+                        emu.check_launch_allowed(
+                            token, "compute.instances.start", path.removeprefix("/compute/v1/").removesuffix("/start")
+                        )
                     return fn(emu, match.groupdict(), query, body)  # type: ignore[operator]
         if known_path:
             raise ComputeError(405, "methodNotAllowed", f"Method {method} is not allowed on {path}")
