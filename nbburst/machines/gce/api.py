@@ -539,7 +539,7 @@ class ComputeAPI:
         """(the smallest boot disk in GB, the architecture ``X86_64``/``ARM64``) of the image at ``path``
         (``projects/P/global/images/NAME``), as :meth:`lookup_image` found it, else read."""
         if path not in self._images:
-            m = re.search(r"projects/([^/]+)/global/images/([^/]+)$", path)
+            m = re.search(r"projects/([^/]+)/global/images/([^/]+)$", path or "")
             if not m:
                 return 0, "X86_64"
             img = self.call(
