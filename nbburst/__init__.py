@@ -22,7 +22,7 @@ def progress(done: float, total: float | None = None, desc: str = "") -> None:
     report(done, total, desc)
 
 
-_LAZY = {"checkpoint": ".checkpoint", "state": ".protocol.state"}
+_LAZY = {"checkpoint": ".checkpoint", "state": ".protocol.processstate"}
 #: Functions users call as ``nbburst.<name>``, with the module that defines them. ``submit`` lives with the
 #: client, its keywords made from the declared cell options (nbburst/options.py), which this module leaves
 #: unimported until first use.

@@ -335,7 +335,7 @@ def test_notebook_functions_bind_to_the_namespace_they_land_in():
 def test_a_state_waits_for_its_module_to_be_imported():
     code = (
         "import importlib.util, sys\n"
-        "from nbburst.protocol import state\n"
+        "from nbburst.protocol import processstate as state\n"
         "context = lambda: sys.modules['decimal'].getcontext()\n"
         "state.register('decimal.prec', lambda: context().prec, lambda v: setattr(context(), 'prec', v))\n"
         "assert 'decimal' not in sys.modules\n"
@@ -351,7 +351,7 @@ def test_a_state_waits_for_its_module_to_be_imported():
 def test_a_state_waiting_for_its_module_goes_with_the_next_cell():
     code = (
         "import sys\n"
-        "from nbburst.protocol import state\n"
+        "from nbburst.protocol import processstate as state\n"
         "context = lambda: sys.modules['decimal'].getcontext()\n"
         "state.register('decimal.prec', lambda: context().prec, lambda v: setattr(context(), 'prec', v))\n"
         "assert 'decimal' not in sys.modules and state.restore({'decimal.prec': 7}) == []\n"
@@ -380,7 +380,7 @@ def _round_trip(kernel: dict, sent: list[str], cell) -> tuple[transfer.Loaded, i
     """Send ``sent`` from ``kernel`` to a machine namespace, run ``cell(ns)`` there (it returns its
     outputs), and bring back what the agent brings back; returns what arrived and the blob's size."""
     from nbburst.agent.attempt.inputs import Inputs
-    from nbburst.protocol import state
+    from nbburst.protocol import processstate as state
 
     inner_sent: dict = {}
     encoded, failed = transfer.encode_inputs({n: kernel[n] for n in sent}, inner=inner_sent)

@@ -252,7 +252,8 @@ def _to_machine_and_back(kernel: dict, cell) -> tuple[dict, dict, int]:
     """Send ``kernel``'s values to a machine namespace, run ``cell(ns)`` there (it returns its outputs), and
     bring back what the agent brings back; returns the machine namespace, what arrived and the blob's size."""
     from nbburst.agent.attempt.inputs import Inputs
-    from nbburst.protocol import state, transfer, views
+    from nbburst.protocol import processstate as state
+    from nbburst.protocol import transfer, views
 
     sent: dict = {}
     encoded, failed = transfer.encode_inputs(kernel, inner=sent)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import RemoteError
-from ..protocol import state as process_state
+from ..protocol import processstate as process_state
 from ..protocol import transfer
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from ..errors import CaptureError, UsageError
 from ..options import file_destination
 from ..protocol import payload, transfer
-from ..protocol import state as process_state
+from ..protocol import processstate as process_state
 from ..protocol.job import BLOBS_PREFIX, blob_key
 from ..store import Store
 from .capture import unpicklable_message
@@ -40,7 +40,7 @@ def encode_all(
 
 
 def encode_state() -> payload.Encoded:
-    """The process state the cell relies on (:mod:`nbburst.protocol.state`)."""
+    """The process state the cell relies on (:mod:`nbburst.protocol.processstate`)."""
     return payload.encode(process_state.capture())
 
 

@@ -7,7 +7,7 @@ pyplot; a machine that only unpickles a Figure (``ax.legend(); fig``) never impo
 backend, and would show the Figure's text alone. And ``%config InlineBackend.figure_formats``
 (svg, retina) and ``print_figure_kwargs`` are the kernel's settings, which the machine's shell
 would not know. So the kernel's settings travel with the cell as any process state does
-(:mod:`.state`), and the shell where they land draws Figures as the other one did; a cell that
+(:mod:`.processstate`), and the shell where they land draws Figures as the other one did; a cell that
 changes them changes them in the kernel too.
 
 The state is read and set as soon as ``matplotlib.figure`` is imported, which pyplot does at its

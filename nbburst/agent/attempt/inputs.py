@@ -10,7 +10,7 @@ input they go back to update the kernel's very objects (the steps of a fitted
 Pipeline, bound to other names there too), arrays among them only if their own
 fingerprint changed; inside an unchanged one they go back as references. The kernel's submodules,
 the notebook's own modules (:mod:`nbburst.protocol.sources`) and process state
-(:mod:`nbburst.protocol.state`) come with them.
+(:mod:`nbburst.protocol.processstate`) come with them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import json
 import os
 from typing import Any
 
-from ...protocol import imports, payload, signing, sources, state, transfer
+from ...protocol import imports, payload, processstate, signing, sources, transfer
 from ...protocol.job import JobLayout, JobSpec, blob_key
 from ...store import Store
 from ..session import blobcache
@@ -44,7 +44,7 @@ def arrival(value: Any, inner: dict[int, Any]) -> Arrival:
 class Inputs:
     """The loaded inputs: which names to watch, as they arrived, and the process state to carry."""
 
-    def __init__(self, manifest: dict[str, Any], tracker: state.Tracker):
+    def __init__(self, manifest: dict[str, Any], tracker: processstate.Tracker):
         self.tracker = tracker
         self.track = bool(manifest.get("track"))
         self.returns: list[str] | None = manifest.get("returns")
@@ -128,7 +128,9 @@ def load(store: Store, layout: JobLayout, spec: JobSpec, ns: dict[str, Any]) -> 
     if "sources" in manifest:  # the notebook's own modules, first on sys.path before anything is imported
         sources.place(_fetch(store, manifest["sources"], "the notebook's own modules", ns), os.getcwd())
     imports.import_all(manifest.get("submodules", []))
-    tracker = state.Tracker(_fetch(store, manifest["state"], "the process state", ns) if "state" in manifest else {})
+    tracker = processstate.Tracker(
+        _fetch(store, manifest["state"], "the process state", ns) if "state" in manifest else {}
+    )
     inputs = Inputs(manifest, tracker)
     for name, module in manifest.get("modules", {}).items():
         ns[name] = importlib.import_module(module)
