@@ -167,6 +167,18 @@ SUBSET = [
     "matplotlib-course/03-scale-projection",
 ]
 
+#: Notebooks that still differ under ``%%burst``, each with its causes as docs/fidelity.md numbers them. They
+#: run all the same, as strict expected failures: a cause fixed turns its notebook's run into a failure until
+#: it leaves this list, so the list (and the fidelity table) cannot overstate what differs.
+DIFFERS: dict[str, str] = {
+    "pydata-book/ch06": "causes 7 (shell lines and %%writefile), 9 (a subfolder the machine lacks), 10 (open files, "
+    "csv.reader, sqlite3 stay on the machine), 11 (a raising cell's assignments), 13 (magics the shell registers)",
+    "pydata-book/ch10": "cause 11: a cell that raises loses what it assigned before the exception (map_series)",
+    "ipython-cookbook/01_notebook": "causes 10 (an open file), 12 (the kernel's output history _), 13 (%lsmagic)",
+    "ipython-cookbook/04_magic": "causes 4 (%load_ext of a module a cell wrote), 12 (_), 13 (magics a cell registers)",
+    "ipython-cookbook/07_test": "cause 7: %%writefile's Writing/Overwriting/Appending and %cat of a file it wrote",
+}
+
 #: Notebooks of a project no default run and no ``--corpus=all`` run touches (``--corpus=held-out`` runs
 #: them): ``!`` lines naming files beside the notebook, a data file read by bare name, a module a cell
 #: writes and the next imports, views of arrays changed across cells.
@@ -201,7 +213,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 names = [n for n in names if n in HELD_OUT]
             else:
                 names = [n for n in names if n not in HELD_OUT and (corpus == "all" or n in subset)]
-            metafunc.parametrize(fixture, names)
+            metafunc.parametrize(fixture, [differing(n) if n in DIFFERS else n for n in names])
+
+
+def differing(name: str) -> object:
+    """A notebook of :data:`DIFFERS`: run, and expected to differ for the causes named there."""
+    return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=f"still differs: {DIFFERS[name]}"))
 
 
 def test_the_subset_and_the_documented_variations_name_real_notebooks():
@@ -209,6 +226,7 @@ def test_the_subset_and_the_documented_variations_name_real_notebooks():
     assert set(HELD_OUT) <= everything
     names = everything - set(HELD_OUT)
     assert set(SUBSET) <= names and set(ON_SESSION) <= names and set(VARIES) <= everything
+    assert set(DIFFERS) <= names
     assert all(len(aspect_keys(aspects)) == len(aspects) for aspects in VARIES.values())  # names the harness knows
     projects = {n.partition("/")[0] for n in SUBSET}
     assert len(SUBSET) >= 15 and projects == {p.partition("/")[0] for p in names}
