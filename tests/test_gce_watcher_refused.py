@@ -68,6 +68,7 @@ def test_a_watcher_refused_a_relaunch_records_it_and_doctor_says_the_fix(
     wait_until(lambda: job.terminal() is not None, 180, what="the watcher's refused relaunch")
 
     assert job.state == State.FAILED and "compute.instances.start" in job.terminal().reason
+    assert "fix: grant roles/compute.instanceAdmin.v1" in job.terminal().reason  # what the job view shows
     name = watcher_name(job.store.url)
     record = json.loads(job.store.get(state_key(name)))
     assert record["can_relaunch"] is False and "Required 'compute.instances.start' permission" in record["refused"]

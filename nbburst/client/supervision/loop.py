@@ -55,7 +55,7 @@ class Loop:
         report: Callable[[Job, State, bool], None] | None = None,
         problem: Callable[[str, str], None] = print_problem,
         handles: bool = False,
-        refused: Callable[[NotPermitted], None] | None = None,
+        refused: Callable[[NotPermitted], str] | None = None,
     ):
         """``report(job, state, relaunched)`` follows each step; ``problem(key, text)`` says what went wrong with
         job ``key`` ("" for the round as a whole), and is called with text "" once it went right."""

@@ -187,8 +187,9 @@ class Lease:
 class Supervisor:
     """Relaunches one job after preemptions. Cheap to step while nothing needs doing."""
 
-    def __init__(self, job: Job, holder: str | None = None, refused: Callable[[NotPermitted], None] | None = None):
-        """``refused(error)`` hears of a relaunch the cloud refused to this host's account (the job fails)."""
+    def __init__(self, job: Job, holder: str | None = None, refused: Callable[[NotPermitted], str] | None = None):
+        """``refused(error)`` hears of a relaunch the cloud refused to this host's account, and says what the job's
+        end (it fails) tells the user of it: the refusal and its fix."""
         self.job = job
         self.refused = refused
         self.lease = Lease(job, holder)
@@ -278,11 +279,10 @@ class Supervisor:
         except NoCapacity as exc:
             return self._no_capacity(attempt, claim, resources, waiting, exc)
         except Exception as exc:
-            if isinstance(exc, NotPermitted) and self.refused is not None:
-                self.refused(exc)
-            self._event(plan, attempt, "failed", str(exc), resources)
+            said = self.refused(exc) if isinstance(exc, NotPermitted) and self.refused is not None else str(exc)
+            self._event(plan, attempt, "failed", said, resources)
             return job.commit(
-                State.FAILED, f"could not restart the machine for attempt {attempt}: {exc}", by="supervisor"
+                State.FAILED, f"could not restart the machine for attempt {attempt}: {said}", by="supervisor"
             )
         plan["waiting"] = None
         self._event(plan, attempt, "relaunched" if attempt > 1 else "launched", "", resources)

@@ -108,11 +108,13 @@ class Said:
         self.state = state
         watcher.say_state(self.store, self.name, state, self.refused)
 
-    def refusal(self, error: NotPermitted) -> None:
+    def refusal(self, error: NotPermitted) -> str:
+        """Record the refusal with the roles to grant; the job's end says the same."""
         account = metadata("instance/service-accounts/default/email", timeout=10) or ""
         self.refused = watcher.cannot_relaunch(str(error), account)
         print(f"nbburst watch: {self.refused}", flush=True)
         self(self.state)
+        return self.refused
 
 
 def main(argv: list[str]) -> int:
