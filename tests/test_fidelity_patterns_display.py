@@ -70,19 +70,19 @@ def test_files_read_by_any_spelling_of_their_path_are_inputs_not_results(burst_e
 CLIMBS = [
     "import os\nimport pandas as pd\n"
     "trips = pd.read_csv('../data/trips.csv')\n"
-    "shared = open('../../shared/notes.txt').read()\n"
-    "print(len(trips), shared, os.path.basename(os.getcwd()), sorted(os.listdir('..')))",
+    "common = open('../../common/notes.txt').read()\n"
+    "print(len(trips), common, os.path.basename(os.getcwd()), sorted(os.listdir('..')))",
 ]
 
 
 @MODES
 def test_files_read_from_folders_above_the_notebook_are_where_the_cell_looks(burst_env, tmp_path, session):
-    project = tmp_path / "shared-root" / "project"
+    project = tmp_path / "top" / "project"
     (project / "notebooks").mkdir(parents=True)
     (project / "data").mkdir()
-    (tmp_path / "shared-root" / "shared").mkdir()
+    (tmp_path / "top" / "common").mkdir()
     (project / "data" / "trips.csv").write_text("a,b\n1,2\n3,4\n")
-    (tmp_path / "shared-root" / "shared" / "notes.txt").write_text("hello")
+    (tmp_path / "top" / "common" / "notes.txt").write_text("hello")
     pairs, _ = run_pairs(CLIMBS, project / "notebooks", session=session)
     assert_same(pairs, CLIMBS)
     assert pairs[0][1]["outputs"] == [("stream", "stdout", "2 hello notebooks ['data', 'notebooks']\n")]
