@@ -244,9 +244,7 @@ class ComputeAPI:
         judges the VM's calls as that account's), else Application Default Credentials (UsageError if none)."""
         if self._creds is None:
             if self.endpoint and os.environ.get("GCE_METADATA_HOST"):
-                from google.auth import compute_engine
-
-                self._creds = compute_engine.Credentials()
+                self._creds = _vm_credentials()
             elif self.endpoint:
                 from google.auth.credentials import AnonymousCredentials
 
@@ -694,3 +692,19 @@ class ComputeAPI:
             instance=name,
             timeout=60,
         )
+
+
+def _vm_credentials() -> Any:
+    """On an emulated VM, its service account's credentials from the metadata server it is given; anonymous ones
+    where that server hands out no token (a metadata server standing in for a Workbench instance's, say)."""
+    from google.auth import compute_engine
+    from google.auth import exceptions as auth_exc
+    from google.auth.credentials import AnonymousCredentials
+    from google.auth.transport.requests import Request
+
+    creds = compute_engine.Credentials()
+    try:
+        creds.refresh(Request())
+    except (auth_exc.RefreshError, auth_exc.TransportError):
+        return AnonymousCredentials()
+    return creds
