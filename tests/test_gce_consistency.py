@@ -25,6 +25,7 @@ from nbburst.machines.base import machine_name
 from nbburst.machines.gce import keysecret
 from nbburst.protocol.job import State
 from nbburst.testing import MetadataServer, tokens
+from nbburst.testing.compute.resources import ComputeError
 from nbburst.testing.secretmanager import SecretManagerEmulator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "nbburst" / "machines" / "gce" / "vm"))
@@ -104,9 +105,15 @@ def test_a_cell_outlasts_iam_propagation_in_one_attempt(gce_env, compute_emulato
     secretmanager_emulator.latest_lag = 40.0  # ...and `latest` names no version for 40 s
     burst = Burst()
     job = submit(burst, sum, [1, 2, 3], cores=2)
-    assert job.wait(timeout=240) == State.SUCCEEDED, job.terminal()
+    console, deadline = "", time.monotonic() + 240
+    while not job.state.terminal and time.monotonic() < deadline:  # the VM's console, read while it is there
+        try:
+            console = compute_emulator.serial_output(machine_name(job.id))
+        except ComputeError:  # not made yet, or deleted at the job's end
+            pass
+        time.sleep(0.5)
+    assert job.wait(timeout=60) == State.SUCCEEDED, job.terminal()
     assert job.result() == 6 and job.attempt == 1 and len(inserts(compute_emulator)) == 1  # no relaunch
-    console = compute_emulator.serial_output(machine_name(job.id))
     assert f"nbburst-startup: {vmlib.IAM_WAIT}: reading the job key" in console
     assert "boot failure" not in (job.terminal().reason or "")
     job.supervise()
