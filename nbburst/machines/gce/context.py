@@ -263,7 +263,7 @@ class GCEContext:
 
     def scopes(self) -> list[str]:
         """The VMs' OAuth scopes (c.NBBurst.scopes)."""
-        raw = getattr(self.settings, "scopes", "") or gce_api.CLOUD_PLATFORM
+        raw = self.settings.scopes or gce_api.CLOUD_PLATFORM
         return [s for s in re.split(r"[\s,]+", raw) if s]
 
     def service_account_email(self) -> str:
