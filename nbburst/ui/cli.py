@@ -581,7 +581,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from .smoke import SmokeRun
 
     report = SmokeRun(burst, say=lambda line: print(line, flush=True)).run(checks, gpu=args.gpu)
-    print(f"smoke run: {'all steps passed' if report.ok else 'failed'}; the report to paste:\n{report.text()}")
+    print(f"the report to paste:\n{report.text()}")
     return EXIT_OK if report.ok else EXIT_CONFIG
 
 
