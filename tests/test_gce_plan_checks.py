@@ -133,7 +133,7 @@ def test_shortfall_rules_without_a_cloud():
     project = [Q("CPUS_ALL_REGIONS", 32, 30), Q("GPUS_ALL_REGIONS", 4, 0)]
 
     def short(machine, gpu, count, spot, regional=region, wide=project):
-        return gce_quota.shortfall(regional, wide, "us-central1", machine, gpu, count, spot)
+        return gce_quota.shortfall(regional, wide, "us-central1", gce_quota.Need(machine, gpu, count, spot))
 
     found = short(n1, "nvidia-tesla-t4", 1, True)
     assert (found.metric, found.where, found.need, found.free) == ("CPUS_ALL_REGIONS", "all regions", 4, 2)

@@ -435,42 +435,20 @@ class ComputeAPI:
         """The project resource: its project-wide quotas, its default service account."""
         return self.call("reading the project", self.client("ProjectsClient").get, project=self.project, timeout=30)
 
-    def quota_shortfall(
-        self,
-        zone: str,
-        machine: gce_types.MachineType,
-        gpu: str | None,
-        gpu_count: int,
-        spot: bool,
-        count: int = 1,
-        external_ips: int = 0,
-        ssd_gb: int = 0,
-    ) -> gce_quota.Shortfall | None:
-        """The first quota (the region of ``zone``'s, then the project's) without room for ``count`` more such
-        VMs, each with ``external_ips`` external IPs and ``ssd_gb`` GB of SSD disk."""
+    def quota_shortfall(self, zone: str, need: gce_quota.Need) -> gce_quota.Shortfall | None:
+        """The first quota (the region of ``zone``'s, then the project's) without room for what ``need`` asks."""
         region = pricing.region_of(zone)
         regional = self.region(region, "reading quotas").quotas
-        needs = (machine, gpu, gpu_count, spot, count, external_ips, ssd_gb)
-        found = gce_quota.shortfall(regional, [], region, *needs)
+        found = gce_quota.shortfall(regional, [], region, need)
         if found is None:  # the project-wide quotas only when the region has room: one request fewer
             project_wide = self.project_resource().quotas
-            found = gce_quota.shortfall(regional, project_wide, region, *needs)
+            found = gce_quota.shortfall(regional, project_wide, region, need)
         return found
 
-    def quota_problem(
-        self,
-        zone: str,
-        machine: gce_types.MachineType,
-        gpu: str | None,
-        gpu_count: int,
-        spot: bool,
-        count: int = 1,
-        external_ips: int = 0,
-        ssd_gb: int = 0,
-    ) -> str | None:
-        """Why there is no room for ``count`` more such VMs in the region of ``zone`` or in the project (naming
-        the quota and where to raise it), or None."""
-        found = self.quota_shortfall(zone, machine, gpu, gpu_count, spot, count, external_ips, ssd_gb)
+    def quota_problem(self, zone: str, need: gce_quota.Need) -> str | None:
+        """Why the region of ``zone`` or the project has no room for what ``need`` asks (naming the quota and
+        where to raise it), or None."""
+        found = self.quota_shortfall(zone, need)
         return found.message(self.project, self.quota_link(found.metric)) if found else None
 
     # -- networks and the project's APIs --------------------------------------------------------------------------

@@ -91,7 +91,7 @@ def doctor(context: GCEContext, resources: Resources | None = None) -> list[Chec
             api.accelerator_types(plan_zone) if res.gpu else None,
         )
         for spot in (True, False):
-            short = api.quota_shortfall(plan_zone, choice.machine, choice.gpu, choice.gpu_count, spot)
+            short = api.quota_shortfall(plan_zone, gce_quota.Need(choice.machine, choice.gpu, choice.gpu_count, spot))
             kind = "spot" if spot else "standard"
             if short:
                 link = api.quota_link(short.metric)

@@ -62,6 +62,7 @@ from ...protocol import dist, env
 from ...protocol.durations import format_duration, parse_duration
 from ...protocol.env import Local, Pin, normalise
 from ...protocol.job import Resources
+from . import quota as gce_quota
 from . import vm
 from .api import boot_disk, console_tail, instance_metadata, label, operation_errors
 from .context import DEFAULT_IMAGE_FAMILY, DEFAULT_IMAGE_PROJECT, GCEContext
@@ -310,7 +311,7 @@ def plan(
             f"the base image {base} is labelled Python {base_python}, but this notebook runs Python "
             f"{python}; choose a base image with Python {python}"
         )
-    problem = context.api.quota_problem(chosen_zone, machine, None, 0, spot=False)
+    problem = context.api.quota_problem(chosen_zone, gce_quota.Need(machine, spot=False))
     if problem:
         raise UsageError(f"the builder VM: {problem}")
     pins, lines, skipped, local = _resolved(requirements)

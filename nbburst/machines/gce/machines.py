@@ -68,6 +68,7 @@ from . import api as gce_api
 from . import doctor as gce_doctor
 from . import keysecret as gce_keysecret
 from . import prices as gce_prices
+from . import quota as gce_quota
 from . import types as gce_types
 from . import vm
 from . import watcher as gce_watcher
@@ -168,8 +169,7 @@ class GCEMachines(Machines):
         self.context.check_python(image, image_python)
         disk_gb = self.context.boot_disk_gb(choice.machine.name, image)
         vms = 1 + (resources.workers or 0)  # --workers: the job's VM and its worker VMs, all alike
-        problem = self.api.quota_problem(
-            zone,
+        need = gce_quota.Need(
             choice.machine,
             choice.gpu,
             choice.gpu_count,
@@ -178,6 +178,7 @@ class GCEMachines(Machines):
             external_ips=1 if self.settings.external_ip else 0,
             ssd_gb=disk_gb if gce_types.boot_disk_type(choice.machine.name) == "pd-balanced" else 0,
         )
+        problem = self.api.quota_problem(zone, need)
         if problem:
             raise UsageError(problem)
         py = f"Python {image_python}" if image_python else "Python version not labelled; the agent checks it"

@@ -30,6 +30,20 @@ PROJECT_CPUS, PROJECT_GPUS = "CPUS_ALL_REGIONS", "GPUS_ALL_REGIONS"
 
 
 @dataclass(frozen=True)
+class Need:
+    """What ``count`` alike VMs ask of the quotas (a ``--workers N`` job is N + 1 of them): each one's machine,
+    GPUs, external IPs and GB of SSD boot disk, on spot or on the standard quotas."""
+
+    machine: gce_types.MachineType
+    gpu: str | None = None
+    gpu_count: int = 0
+    spot: bool = True
+    count: int = 1
+    external_ips: int = 0
+    ssd_gb: int = 0
+
+
+@dataclass(frozen=True)
 class Shortfall:
     """A quota without room for the VM: ``limit`` None when the project has none listed at all."""
 
@@ -71,21 +85,11 @@ def _listed(quotas: Any) -> dict[str, tuple[float, float]]:
     return {q.metric: (float(q.limit), float(q.usage)) for q in quotas}
 
 
-def shortfall(
-    regional: Any,
-    project_wide: Any,
-    region: str,
-    machine: gce_types.MachineType,
-    gpu: str | None,
-    gpu_count: int,
-    spot: bool,
-    count: int = 1,
-    external_ips: int = 0,
-    ssd_gb: int = 0,
-) -> Shortfall | None:
-    """The first quota (of ``regional`` then ``project_wide``, the API's lists) without room for ``count`` more
-    such VMs (a ``--workers N`` job needs N + 1), each with ``external_ips`` external IPs and ``ssd_gb`` GB of SSD
-    disk, or None."""
+def shortfall(regional: Any, project_wide: Any, region: str, need: Need) -> Shortfall | None:
+    """The first quota (of ``regional`` then ``project_wide``, the API's lists) without room for what ``need``
+    asks, or None."""
+    machine, gpu, gpu_count, spot = need.machine, need.gpu, need.gpu_count, need.spot
+    count, external_ips, ssd_gb = need.count, need.external_ips, need.ssd_gb
     quotas = _listed(regional)
     pre = quotas.get("PREEMPTIBLE_CPUS")
     spot_quota = spot and pre is not None and pre[0] > 0
@@ -104,18 +108,18 @@ def shortfall(
         regional_needs["IN_USE_ADDRESSES"] = external_ips * count
     if ssd_gb:
         regional_needs["SSD_TOTAL_GB"] = ssd_gb * count
-    for metric, need in regional_needs.items():
+    for metric, amount in regional_needs.items():
         if metric not in quotas:
             if metric.endswith("_GPUS") and metric not in UNLISTED_GPU_QUOTAS:
-                return Shortfall(metric, region, need, 0, None, spot, spot_quota, count)
+                return Shortfall(metric, region, amount, 0, None, spot, spot_quota, count)
             continue  # no such quota here (a family without one of its own)
-        found = _check(metric, region, need, quotas[metric], spot, spot_quota, count)
+        found = _check(metric, region, amount, quotas[metric], spot, spot_quota, count)
         if found:
             return found
     project_quotas = _listed(project_wide)
-    for metric, need in ((PROJECT_CPUS, cpus), (PROJECT_GPUS, gpus)):
-        if need and metric in project_quotas:
-            found = _check(metric, "all regions", need, project_quotas[metric], spot, spot_quota, count)
+    for metric, amount in ((PROJECT_CPUS, cpus), (PROJECT_GPUS, gpus)):
+        if amount and metric in project_quotas:
+            found = _check(metric, "all regions", amount, project_quotas[metric], spot, spot_quota, count)
             if found:
                 return found
     return None
