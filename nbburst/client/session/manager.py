@@ -180,6 +180,7 @@ class Session:
             "started": self.record.started,
             "idle_s": self.record.idle_s,
             "until": self.record.until,
+            "idle_until": state["last"] + self.record.idle_s if "last" in state else None,  # renewed by each cell
             "cost_per_hour_usd": price,
             "cost_usd": round(price * max(0.0, hours), 4),
         }
@@ -219,9 +220,11 @@ class Sessions:
         timeout: str | float = DEFAULT_TIMEOUT,
         backend: str | None = None,
         preload: list[str] | None = None,
+        resources: Resources | None = None,
     ) -> Session:
         """Start a session's machine and make it the default session; returns once it takes cells, and on the
-        local backend once its warm parent has warmed up (imported the runtime and ``preload``)."""
+        local backend once its warm parent has warmed up (imported the runtime and ``preload``). ``resources``:
+        the machine's shape when more than ``cores`` is asked (a machine kept by ``--keep``)."""
         Options.build(name=name, backend=backend or self.burst.settings.backend)  # the same rules as a job name
         existing = self._load(name)
         if existing is not None and Session(self, existing).alive():
@@ -230,7 +233,7 @@ class Sessions:
         backend = backend or self.burst.settings.backend
         machines = self.burst.machines(backend)
         machines.check_sessions()
-        plan = machines.plan(Resources(cores=cores))
+        plan = machines.plan(resources or Resources(cores=cores))
         pricing.price_plan(plan, backend, self.burst.settings)
         now = time.time()
         record = SessionRecord(
