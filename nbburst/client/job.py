@@ -471,7 +471,20 @@ class Job:
             "workers": workers.summary(self, cost["total"], not state.terminal)
             if self.spec.resources.workers
             else None,
+            "kept": kept_view(self.spec, ended),
         }
+
+
+def kept_view(spec: JobSpec, ended: float | None) -> dict[str, Any] | None:
+    """``--keep``: its machine stays warm after it; what it costs an hour, and when it goes unless another cell
+    of its shape renews it (known once the job ended); None for a job whose machine is not kept."""
+    if not spec.kept_s:
+        return None
+    return {
+        "idle_s": spec.kept_s,
+        "until": ended + spec.kept_s if ended else None,
+        "cost_per_hour_usd": float((spec.plan or {}).get("price_per_hour") or 0.0),
+    }
 
 
 #: The state shown for a job whose objects cannot be verified on this machine (it is not a job state).
@@ -502,5 +515,6 @@ def unverified_info(job_id: str, why: signing.SignatureError) -> dict[str, Any]:
         "progress": None,
         "budget": None,
         "resumed_from": None,
+        "kept": None,
         "message": f"cannot verify: {reason}",
     }

@@ -188,6 +188,7 @@ class JobSpec:
     plan: dict[str, Any] = field(default_factory=dict)  # the machine the adapter chose, and why
     resumed_from: str = ""  # the job whose checkpoints this one began with (--resume)
     budget_usd: float | None = None  # what the job's machines may cost in all (--budget); a launch gets what is left
+    kept_s: float = 0.0  # --keep: its machine stays warm for later cells until idle this long after its last one
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True, indent=1).encode()
