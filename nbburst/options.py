@@ -140,6 +140,15 @@ def _resume(value: str | None) -> str | None:
     return ref
 
 
+def _keep(value: str | float | None) -> float | None:
+    """``--keep 10m``: how long the machine stays warm without a cell after it (:mod:`nbburst.client.keep`)."""
+    if value is None:
+        return None
+    if str(value).strip().startswith("-"):
+        raise UsageError(f"--keep: the idle time must be positive, got {value!r}; write it like 10m or 1h")
+    return parse_duration(value, "--keep")
+
+
 def _session_name(value: str | None) -> str | None:
     if value is not None and not _NAME.match(value):
         raise UsageError(f"--session: {value!r} is not a valid session name (lowercase letters, digits, '-')")
@@ -171,8 +180,8 @@ class CellOption:
     python: str = ""
     #: The values it may take, known when the flag is made.
     choices: Callable[[], tuple[str, ...]] | None = None
-    #: Another option that may not be given with this one.
-    excludes: str = ""
+    #: Other options that may not be given with this one.
+    excludes: tuple[str, ...] = ()
 
     @property
     def flag(self) -> str:
@@ -224,7 +233,7 @@ CELL_OPTIONS: tuple[CellOption, ...] = (
     ),
     CellOption("on_demand", bool, "a standard VM instead of spot", default=False, into=("resources.on_demand",)),
     CellOption("zone", str, "Compute Engine zone, or auto", into=("resources.zone",)),
-    CellOption("image", str, "VM image", into=("resources.image",), excludes="image_family"),
+    CellOption("image", str, "VM image", into=("resources.image",), excludes=("image_family",)),
     CellOption("image_family", str, "VM image family", into=("resources.image_family",)),
     CellOption(
         "backend",
@@ -298,6 +307,16 @@ CELL_OPTIONS: tuple[CellOption, ...] = (
         "run on this warm session (default: the session started last, if any)",
         parse=_session_name,
     ),
+    CellOption(
+        "keep",
+        str,
+        "keep the machine warm for later cells of the same shape until it has been idle this long, e.g. 10m",
+        parse=_keep,
+        into=("keep_s",),
+        api=True,
+        python="str | float",
+        excludes=("session", "workers"),
+    ),
 )
 
 _BY_NAME = {option.name: option for option in CELL_OPTIONS}
@@ -321,6 +340,7 @@ class Options:
     resume: str | None = None  # a job whose latest checkpoints this one begins with
     budget_usd: float | None = None  # what the job's machines may cost in all
     session: str | None = None  # the warm session the cell runs on (client/session/)
+    keep_s: float | None = None  # --keep: its machine stays warm this long without a cell (client/keep.py)
 
     @classmethod
     def build(cls, **given: Any) -> Options:
@@ -333,9 +353,10 @@ class Options:
         resources: dict[str, Any] = {}
         for option in CELL_OPTIONS:
             value = given.get(option.name, option.default)
-            if option.excludes and value and given.get(option.excludes):
-                other = _BY_NAME[option.excludes].flag
-                raise UsageError(f"{option.flag} and {other} exclude each other; give one of them")
+            for excluded in option.excludes:
+                if value and given.get(excluded):
+                    other = _BY_NAME[excluded].flag
+                    raise UsageError(f"{option.flag} and {other} exclude each other; give one of them")
             parsed = option.parse(value)
             for place, kept in zip(option.fields, parsed if len(option.fields) > 1 else (parsed,), strict=True):
                 group, _, attr = place.rpartition(".")
@@ -401,7 +422,7 @@ def reference() -> str:
         value = value.replace("|", "\\|")  # a table cell
         what = option.help
         if option.excludes:
-            what += f"; not with `{_BY_NAME[option.excludes].flag}`"
+            what += "; not with " + " or ".join(f"`{_BY_NAME[name].flag}`" for name in option.excludes)
         keyword = f"`{option.name}=`" if option.api else ""
         lines.append(f"| `{option.flag}` | {keyword} | {value} | {_default_text(option)} | {what} |")
     return "\n".join(lines) + "\n"

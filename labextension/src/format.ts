@@ -6,7 +6,7 @@
  * is the server's answers (wire.ts, specified in docs/rest-api.md).
  */
 
-import { IJobInfo, IProgressInfo, ISessionInfo, IWorkersInfo } from './wire';
+import { IJobInfo, IKeptInfo, IProgressInfo, ISessionInfo, IWorkersInfo } from './wire';
 
 /** States that never change again (docs/architecture.md, "Job states"). */
 export const TERMINAL_STATES: ReadonlyArray<string> = ['SUCCEEDED', 'FAILED', 'CANCELLED'];
@@ -94,6 +94,22 @@ export function formatCost(usd: number | null | undefined): string {
 export function formatSpend(job: IJobInfo): string {
   const cost = formatCost(job.cost_usd);
   return job.budget ? `${cost} of ${formatCost(job.budget.usd)}` : cost;
+}
+
+/** `--keep`: `warm at $0.19/h, goes at 14:05 (in 9m) unless a cell of its shape runs`; '' when not kept. */
+export function keptSummary(
+  kept: IKeptInfo | null | undefined,
+  now: number = Date.now() / 1000
+): string {
+  if (!kept) {
+    return '';
+  }
+  const price = `warm at ${formatCost(kept.cost_per_hour_usd)}/h`;
+  if (kept.until === null) {
+    return `${price}, goes ${formatElapsed(kept.idle_s)} after this cell unless a cell of its shape runs`;
+  }
+  const left = formatElapsed(Math.max(0, kept.until - now));
+  return `${price}, goes at ${formatTime(kept.until)} (in ${left}) unless a cell of its shape runs`;
 }
 
 /** A job's workers: `2 workers: 1 RUNNING, 1 PROVISIONING ($0.02)`; '' without workers. */

@@ -14,6 +14,7 @@ import {
   formatFullTime,
   formatTime,
   isTerminal,
+  keptSummary,
   machineDetail,
   progressFraction,
   progressSummary,
@@ -354,6 +355,10 @@ export class JobDetailView extends Widget {
     const workers = workersSummary(job.workers);
     if (workers) {
       rows.push(['Workers', workers]);
+    }
+    const kept = keptSummary(job.kept);
+    if (kept) {
+      rows.push(['Machine kept', kept]);
     }
     this._renderFields(rows);
     const dashboard = dashboardPath(job.id, job.workers);

@@ -64,7 +64,18 @@ export interface IJobInfo {
   resumed_from?: string | null;
   /** A `--workers` job's worker machines. */
   workers?: IWorkersInfo | null;
+  /** `--keep`: its machine stays warm after it for later cells of its shape. */
+  kept?: IKeptInfo | null;
   message: string;
+}
+
+/** A job whose machine is kept warm by `--keep` (`Job.info()["kept"]`). */
+export interface IKeptInfo {
+  /** The machine goes after this long without a cell (each cell of its shape renews it). */
+  idle_s: number;
+  /** When it goes unless another cell runs on it; null while the job runs. */
+  until: number | null;
+  cost_per_hour_usd: number;
 }
 
 /** A `--workers` job's worker machines (`Job.info()["workers"]`). */

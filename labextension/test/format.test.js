@@ -137,6 +137,14 @@ test('workersSummary counts the workers by state, with their share of the cost',
   assert.equal(f.dashboardPath('j1', { ...workers, dashboard: null }), null);
 });
 
+test('keptSummary says the price and when the kept machine goes', () => {
+  assert.equal(f.keptSummary(null), '');
+  const running = { idle_s: 600, until: null, cost_per_hour_usd: 0.19 };
+  assert.match(f.keptSummary(running), /^warm at \$0\.19\/h, goes 10m.* after this cell/);
+  const ended = { idle_s: 600, until: 1000 + 540, cost_per_hour_usd: 0.19 };
+  assert.match(f.keptSummary(ended, 1000), /^warm at \$0\.19\/h, goes at .* \(in 9m.*\) unless/);
+});
+
 test('sessionSummary and sessionTimeLeft', () => {
   const session = {
     name: 'default',

@@ -26,7 +26,7 @@ from ..protocol.folder import JobFolder
 from ..protocol.imports import imported_by
 from ..protocol.job import JobLayout, JobSpec, jobs_prefix, new_job_id, valid_job_id
 from ..store import Store, open_store
-from . import importahead, resume
+from . import importahead, keep, resume
 from .capture import Capture
 from .job import Job
 from .session.manager import Sessions
@@ -118,7 +118,7 @@ class Burst:
         """``extra``: more entries of inputs.json (submodules, which inputs to watch); ``optional``: values
         that stay behind if they cannot be pickled; ``namespace``: where the values come from; ``imports``:
         modules the job imports (the notebook's own travel with it as files, :mod:`nbburst.protocol.sources`)."""
-        session = self.sessions.for_cell(options)  # a warm session's machine, up (client/session/), if any
+        session = keep.session_for(self, options)  # a warm session's or a kept machine, up, if any
         machines = self.machines(options.backend)
         plan = machines.plan(options.resources)  # refuses what the backend cannot do, before anything else
         if session is None:  # a session's machine installs nothing per cell: its environment came with its start
@@ -216,6 +216,7 @@ class Burst:
             plan=plan,
             resumed_from=options.resume or "",
             budget_usd=options.budget_usd,
+            kept_s=options.keep_s or 0.0,
         )
         JobFolder(store, layout, key).create_record(layout.spec, spec.to_json())  # written last: now the job exists
         return spec

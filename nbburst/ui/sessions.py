@@ -1,4 +1,7 @@
-"""The sessions table: what ``%burst session list`` and ``nbburst sessions`` show, one row per session."""
+"""The sessions table: what ``%burst session list`` and ``nbburst sessions`` show, one row per session.
+
+A machine kept by ``--keep`` is a session too: its row says so, what it costs an hour, and when it goes for
+idleness (each cell renews that)."""
 
 from __future__ import annotations
 
@@ -6,22 +9,26 @@ import html
 import time
 from typing import Any
 
+from ..client.keep import is_kept
 from ..protocol.durations import format_duration
 
-COLUMNS = ("name", "state", "cores", "cells", "up", "idle after", "ends in", "cost")
+COLUMNS = ("name", "state", "cores", "cells", "up", "idle after", "goes in", "ends in", "per hour", "cost")
 
 
 def row(info: dict[str, Any], now: float | None = None) -> dict[str, str]:
     """One session's summary (``Session.info()``) as the table's cells."""
     now = time.time() if now is None else now
+    idle_until = info.get("idle_until") if info["state"] == "RUNNING" else None  # renewed by each cell
     return {
-        "name": info["name"],
+        "name": info["name"] + (" (kept)" if is_kept(info["name"]) else ""),
         "state": info["state"],
         "cores": str(info["cores"]),
         "cells": f"{info['cells']}" + (f" ({info['running']} running)" if info.get("running") else ""),
         "up": format_duration(max(0.0, now - info["started"])),
         "idle after": format_duration(info["idle_s"]),
+        "goes in": "" if idle_until is None else format_duration(max(0.0, idle_until - now)),
         "ends in": format_duration(max(0.0, info["until"] - now)),
+        "per hour": f"${info['cost_per_hour_usd']:.4f}/h",
         "cost": f"${info['cost_usd']:.4f}",
     }
 

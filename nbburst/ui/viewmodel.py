@@ -236,6 +236,8 @@ class ViewModel:
             summary += "<br>" + note(i["message"])
         if self.files:  # said here, not in the cell's output: a plain cell prints nothing of the files it writes
             summary += "<br>" + note(files_text(self.files))
+        if i.get("kept"):
+            summary += "<br>" + note(kept_text(i["kept"], i.get("backend"), wall))
         if background and state == "SUCCEEDED":
             summary += "<br>" + note(f"`%burst attach {i['name']}` or `job.result()` brings its outputs in")
         return summary
@@ -263,6 +265,8 @@ class ViewModel:
             phase = self.phase_text()
             if phase:
                 lines.append(_inline_note(phase + "…"))
+            if i.get("kept"):
+                lines.append(_inline_note(kept_text(i["kept"], i.get("backend"), wall)))
             if self.bar is not None:
                 lines.append(html.escape(re.sub(r"<[^>]+>", "", self.bar.label)))
         body = "".join(f"<div>{line}</div>" for line in lines)
@@ -278,6 +282,21 @@ class ViewModel:
             f"<div class='{style.STATIC}' data-nbburst-job='{job}' data-nbburst-state='{state}' "
             f"style='{style.STATIC_BOX}'>{body}</div>"
         )
+
+
+def kept_text(kept: dict[str, Any], backend: str | None, wall: float) -> str:
+    """``--keep``: that the machine stays warm, what it costs an hour and when it goes (each cell of its shape
+    renews it)."""
+    price = f"{usd(kept['cost_per_hour_usd'])}/h" if backends.is_remote(backend) else f"{usd(0.0)}/h (local)"
+    idle = format_duration(kept["idle_s"])
+    if kept.get("until") is None:
+        return f"machine kept warm at {price}: it goes {idle} after this cell, unless a cell of its shape runs"
+    goes = time.strftime("%H:%M:%S", time.localtime(kept["until"]))
+    left = format_duration(max(0.0, kept["until"] - wall))
+    return (
+        f"machine kept warm at {price} for {idle} without a cell: it goes at {goes} (in {left}) "
+        "unless a cell of its shape runs on it"
+    )
 
 
 #: How many of the files a job's cell wrote are named in one line.
