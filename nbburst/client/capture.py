@@ -35,10 +35,12 @@ from ..protocol.imports import loaded_submodules
 from ..protocol.transfer import names_in
 from .cellcode import check_syntax, dynamic, embedded, shell_words, written_files
 
-# IPython's input and output history: rebound by IPython at every cell, never sent, never brought back.
-# Other names IPython puts in the namespace (display, exit, open, In...) are left out only while they
+# IPython's input and output history: rebound by IPython at every cell, never brought back; sent, as the
+# kernel's, only to a cell that reads them (``_ * 3``, ``Out[4]``), which the machine then never sends back.
+# Other names IPython puts in the namespace (display, exit, open...) are left out only while they
 # still hold IPython's own object: a user's ``display = ConfusionMatrixDisplay(...)`` travels.
 _HISTORY = re.compile(r"^(_|__|___|_i|_ii|_iii|_i\d+|_\d+|_ih|_oh|_dh)$")
+_HISTORY_LISTS = frozenset({"In", "Out"})
 #: A file the cell names is placed on the machine up to this size; a bigger one needs ``--files``.
 NAMED_FILE_LIMIT = 1 << 30
 
@@ -231,6 +233,7 @@ class Capture:
     namespace: dict[str, Any] | None = None  # where the values come back to
     optional: frozenset[str] = frozenset()  # values only named in strings: sent if they can be pickled
     files: list[str] = field(default_factory=list)  # files the cell names, relative to the kernel's folder
+    history: list[str] = field(default_factory=list)  # the kernel's history names the cell reads (among values)
     imports: list[str] = field(default_factory=list)  # modules the cell, its notebook functions and inputs need
 
     def staged(self, options: Options) -> Options:
@@ -254,15 +257,23 @@ def capture(
     tree = ast.parse(code)
     # names in strings, and those an except clause unbinds (sent, so that the machine tells whether it did)
     mentioned = {*_named_in_strings(tree), *_caught_names(tree.body)} - set(analysis.reads)
-    result.optional = frozenset(mentioned)
+    result.optional = frozenset(mentioned)  # with the history the cell reads, below
     for name in [*analysis.reads, *sorted(mentioned)]:
-        if name not in namespace or _HISTORY.match(name) or (name in hidden and hidden[name] is namespace[name]):
+        if name not in namespace:
             continue
         value = namespace[name]
+        if _HISTORY.match(name) or (name in _HISTORY_LISTS and hidden.get(name) is value):
+            if name in analysis.reads:
+                result.history.append(name)
+                result.values[name] = value
+            continue
+        if name in hidden and hidden[name] is value:
+            continue
         if isinstance(value, types.ModuleType):
             result.modules[name] = value.__name__
         else:
             result.values[name] = value
+    result.optional |= frozenset(result.history)  # an Out that cannot be pickled stays: the cell may not need it
     rebound, unbound, imported = _reached_by_functions(result.values.values(), namespace)
     outputs = [n for n in [*analysis.assigns, *rebound, *_star_imported(tree)] if not _HISTORY.match(n)]
     outputs = list(dict.fromkeys(outputs))

@@ -375,10 +375,7 @@ class Job:
             except NotFound:
                 missing = f"job {self.label} succeeded but its result.pkl is missing from the Store"
                 raise JobFailed(missing, state.value) from None
-            target = namespace if namespace is not None else self.namespace
-            if self.imports_ahead is not None:
-                self.imports_ahead.join()  # its modules are the values' modules: imported by one thread at a time
-            return CellResult.load(data, target if target is not None else user_namespace(), self.inner)
+            return self._load(data, namespace)
         if not state.terminal:
             raise JobFailed(f"job {self.label} has not finished (it is {state.value})", state.value)
         if state == State.FAILED and holds_verdict(self.folder, self.layout.error):  # not a superseded one
@@ -387,6 +384,20 @@ class Job:
         if state == State.CANCELLED:
             raise JobCancelled(f"job {self.label} was cancelled: {reason}")
         raise JobFailed(f"job {self.label} failed: {reason}")
+
+    def before_error(self, namespace: dict[str, Any] | None = None) -> CellResult | None:
+        """A cell that raised: what it had bound and changed when it raised (a plain run keeps that), loaded as
+        :meth:`outcome` loads a result; None for any other job, or a cell that raised before it ran."""
+        if self.state != State.FAILED or not holds_verdict(self.folder, self.layout.error):
+            return None
+        data = self.remote_error().get("before")
+        return None if data is None else self._load(data, namespace)
+
+    def _load(self, data: Any, namespace: dict[str, Any] | None) -> CellResult:
+        target = namespace if namespace is not None else self.namespace
+        if self.imports_ahead is not None:
+            self.imports_ahead.join()  # its modules are the values' modules: imported by one thread at a time
+        return CellResult.load(data, target if target is not None else user_namespace(), self.inner)
 
     def remote_error(self) -> dict[str, Any]:
         return read_error(self.store, self.layout, self.key())

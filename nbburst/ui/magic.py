@@ -21,6 +21,7 @@ from ..client.burst import Burst
 from ..client.capture import capture
 from ..client.cellcode import check_syntax
 from ..client.job import Job
+from ..client.result import CellResult
 from ..client.session.manager import DEFAULT_IDLE, DEFAULT_NAME, DEFAULT_TIMEOUT
 from ..errors import UsageError
 from ..options import CELL_OPTIONS
@@ -167,10 +168,11 @@ class BurstMagics(Magics):
         if job.spec.kind == "cell":  # its files into the notebook's folder, as a plain cell leaves them
             for line in job.bring_back():
                 print(f"nbburst: {line}", file=sys.stderr)
+        before = job.before_error(self.shell.user_ns)  # a cell that raised: what it did first stays, as here
+        if before is not None:
+            self._merge(before)
         outcome = job.outcome(self.shell.user_ns)  # raises the cell's own exception, or why there is no result
-        outcome.merge_into(self.shell.user_ns)
-        for warning in outcome.warnings:
-            print(f"nbburst: {warning}", file=sys.stderr)
+        self._merge(outcome)
         if out_shown:  # only `_` and Out[n] are left to set, as the kernel's displayhook would
             if outcome.has_last:
                 self.shell.displayhook.update_user_ns(outcome.last)
@@ -179,6 +181,11 @@ class BurstMagics(Magics):
             publish_display_data(*outcome.last_bundle)
             return None
         return outcome.last if outcome.has_last else None
+
+    def _merge(self, outcome: CellResult) -> None:
+        outcome.merge_into(self.shell.user_ns)
+        for warning in outcome.warnings:
+            print(f"nbburst: {warning}", file=sys.stderr)
 
     # -- line magic ---------------------------------------------------------------------
     @line_magic("burst")

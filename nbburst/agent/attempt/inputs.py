@@ -141,7 +141,9 @@ def load(store: Store, layout: JobLayout, spec: JobSpec, ns: dict[str, Any]) -> 
         ns[name] = _fetch(store, digest, repr(name), ns, inner.setdefault(name, {}), inner)
         if (fps := blobcache.fingerprints(digest)) is not None:
             known[name] = fps
-    inputs.watch(ns, [n for n in ns if n not in before], inner, known)  # the inputs, the globals functions brought
+    history = set(manifest.get("history", []))  # the kernel's `_`, `Out`...: read by the cell, never sent back
+    # the inputs, the globals functions brought
+    inputs.watch(ns, [n for n in ns if n not in before and n not in history], inner, known)
     return inputs
 
 

@@ -135,10 +135,12 @@ def run(
     stop = prepared.stop
     filename = cell_filename(spec.job_id)
     ns = prepared.ns
+    ran: dict[str, Any] | None = None  # what a cell that raised had done when it raised
     try:
         reporting.phase("loading inputs and importing their modules")
         shell = prepared.shell_for(filename)
         inputs = load_inputs(store, layout, spec, ns)
+        shell.take_input_history()
         materialise_files(store, layout, spec)
         inputs.begin()  # the kernel's process state, in force from here on
         reporting.phase("")
@@ -148,12 +150,16 @@ def run(
             outcome = {"values": {}, "deleted": [], "has_last": True, "last": fn(*args, **kwargs)}
         else:
             outcome = run_cell(store.get(layout.code).decode(), spec, ns, shell)
+            raised = outcome.pop("raised", None)
+            if raised is not None:
+                ran = outcome
+                raise raised
     except BaseException as exc:  # the cell's exception, reported to the notebook
         stop.set()
         if orphaned():  # e.g. a broken pipe to the agent that is gone: not the cell's doing
             return EXIT_ORPHANED
         _final_sync(syncer)
-        _commit_error(handoff, exc, filename)
+        _commit_error(handoff, exc, filename, None if ran is None else _changes_before(ran, inputs, ns))
         return EXIT_ERROR
     stop.set()
     _final_sync(syncer)
@@ -172,8 +178,12 @@ def run_cell(code: str, spec: JobSpec, ns: dict[str, Any], shell: ZMQInteractive
     if payload.digest_bytes(code.encode()) != spec.digests.get("code.py"):
         raise signing.SignatureError("code.py does not match the signed job spec; refusing to run it")
     executed = shell.execute(code)
-    executed.raise_error()
     outcome: dict[str, Any] = {"has_last": executed.result is not None, "last": executed.result, "displayed": True}
+    if executed.error_before_exec is not None:
+        raise executed.error_before_exec
+    if executed.error_in_exec is not None:
+        # As in the kernel, what the cell bound and changed before it raised stays: it goes back with the error.
+        outcome.update(raised=executed.error_in_exec, has_last=False, last=None)
     names = spec.outputs if spec.outputs is not None else []
     outcome["values"] = {n: ns[n] for n in names if n in ns}
     outcome["deleted"] = [n for n in spec.deleted if n not in ns]
@@ -181,7 +191,12 @@ def run_cell(code: str, spec: JobSpec, ns: dict[str, Any], shell: ZMQInteractive
 
 
 def _commit_result(handoff: Handoff, outcome: dict[str, Any], inputs: Inputs, ns: dict[str, Any]) -> None:
-    """Send back the outputs and the inputs the cell changed, every value that pickles; name the others."""
+    handoff.hand_over(RESULT, _changes(outcome, inputs, ns).parts)
+
+
+def _changes(outcome: dict[str, Any], inputs: Inputs, ns: dict[str, Any]) -> payload.Encoded:
+    """The outputs and the inputs the cell changed, every value that pickles (the others named), as a result
+    blob (:class:`transfer.Writer`)."""
     displayed = outcome.pop("displayed", False)  # a cell's Out, shown already: only the value may travel
     values, refs, adopt = inputs.returns_of(ns, outcome["values"])
     # An array made of the memory of one the kernel holds (or gets now) goes back as a view of it.
@@ -200,11 +215,20 @@ def _commit_result(handoff: Handoff, outcome: dict[str, Any], inputs: Inputs, ns
             meta["last_bundle"] = ZMQInteractiveShell.instance().display_formatter.format(outcome["last"])
     meta["state"] = inputs.tracker.changes()
     meta["warnings"] = warnings + inputs.tracker.problems
-    data = writer.finish(meta).parts
-    handoff.hand_over(RESULT, data)
+    return writer.finish(meta)
 
 
-def _commit_error(handoff: Handoff, exc: BaseException, filename: str) -> None:
+def _changes_before(ran: dict[str, Any], inputs: Inputs, ns: dict[str, Any]) -> payload.Encoded | None:
+    """What a cell that raised had changed; None if that cannot be told (the exception goes back all the same)."""
+    try:
+        return _changes(ran, inputs, ns)
+    except Exception as exc:
+        print(f"nbburst: what the cell changed before it raised cannot come back ({exc})", file=sys.stderr)
+        return None
+
+
+def _commit_error(handoff: Handoff, exc: BaseException, filename: str, before: payload.Encoded | None = None) -> None:
+    """The exception, and ``before``: what the cell had changed when it raised (a result blob), if it ran."""
     import traceback
 
     from tblib import pickling_support
@@ -219,6 +243,7 @@ def _commit_error(handoff: Handoff, exc: BaseException, filename: str) -> None:
         "source": linecache.cache.get(filename, (0, None, [], ""))[2],
         "filename": filename,
         "at": time.time(),
+        "before": None if before is None else before.tobytes(),
     }
     try:
         pickling_support.install(exc)

@@ -182,6 +182,12 @@ class ZMQInteractiveShell(InteractiveShell):
         sys.stdout.flush()
         print(self.InteractiveTB.stb2text(stb), file=sys.stderr, flush=True)
 
+    def take_input_history(self) -> None:
+        """The kernel's ``_i``, ``_ii``, ``_iii``, which came among the inputs of a cell that reads them, stay the
+        cell's: IPython shifts them as it stores the cell's input, so they are set where it shifts them from."""
+        history, ns = self.history_manager, self.user_ns
+        history._i00, history._i, history._ii = ns.get("_i", ""), ns.get("_ii", ""), ns.get("_iii", "")
+
     def execute_silently(self, code: str) -> None:
         """Run ``code`` as :meth:`execute` does, but silently and out of the history (no ``Out``, no count)."""
         asyncio.run(self.run_cell_async(code, store_history=False, silent=True, transformed_cell=code))

@@ -1,0 +1,101 @@
+"""A cell's history and failures, identical under ``%%burst``: each pattern as its smallest cells, in every form.
+
+A cell that raises keeps, as in the kernel, what it bound and changed before the exception (names, inputs
+changed in place, deletions, files); the kernel's output history (``_``, ``__``, ``_N``, ``Out``, ``_iN``,
+``In``) is what a cell on the machine reads. Each test runs its cells three ways in fresh kernels (nbclient):
+plainly; with ``%%burst`` before the cells it names, a new machine per cell; and on one warm session. What
+every cell prints and shows (stdout, its Out, the MIME types of its displays, its error) must be the same,
+and so must the namespace left at the end (tests/support/fidelity.py's summary).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from support.fidelity import AROUND
+from test_fidelity_patterns import ASPECTS, observed
+
+#: Cells run before the test's own in each mode, as many in every mode, so that the cells' execution counts
+#: (``_3``, ``Out[3]``, ``_i3``) are the same in all three.
+PADDED = {mode: [*before, *["pass"] * (2 - len(before))] for mode, (before, _) in AROUND.items()}
+
+
+def compare(cells: list[str], burst: set[int], tmp_path: Path) -> list[dict]:
+    """Run ``cells`` the three ways, each in a copy of ``tmp_path``, with the same execution counts; assert the
+    same observations (errors included) and namespace; returns the plain run's observations."""
+    runs = {}
+    for mode in ("plain", "burst", "session"):
+        folder = tmp_path / f"run-{mode}"
+        shutil.copytree(tmp_path, folder, ignore=lambda where, names: [n for n in names if n.startswith("run-")])
+        padding = PADDED[mode][len(AROUND[mode][0]) :]
+        seen, space = observed([*padding, *cells], {i + len(padding) for i in burst}, mode, folder)
+        runs[mode] = seen[len(padding) :], space
+    plain, namespace = runs["plain"]
+    for mode in ("burst", "session"):
+        seen, space = runs[mode]
+        for i, (p, b) in enumerate(zip(plain, seen, strict=True)):
+            for aspect in ASPECTS:
+                assert b[aspect] == p[aspect], f"{mode}: cell {i} ({cells[i]!r}): {aspect} differs\n{b}\n{p}"
+        assert space == namespace, f"{mode}: the namespace differs"
+    return plain
+
+
+@pytest.mark.timeout(900)
+def test_a_cell_that_raises_keeps_what_it_did_before(burst_env, tmp_path):
+    """Names bound, inputs changed in place, names deleted, functions defined, files written, process state set,
+    before the exception; in a loop halfway through; the same exception, raised in the kernel as before."""
+    cells = [
+        "import pandas as pd\nimport matplotlib\nmapping = {'a': 'red', 'b': 'blue'}\nitems = [1]\ngone = 1",
+        "map_series = pd.Series(mapping)\nmap_series\nitems.append(2)\ndel gone\n"
+        "def helper():\n    return len(items)\n"
+        "from pathlib import Path\nPath('made.txt').write_text('made')\n"
+        "matplotlib.rcParams['lines.linewidth'] = 3.5\n"
+        "pd.DataFrame({'a': [1]}).groupby(map_series, axis='rows', nonsense=1)",
+        "print(map_series.tolist(), items, 'gone' in dir(), helper(), open('made.txt').read(),\n"
+        "      matplotlib.rcParams['lines.linewidth'])",
+        "total = 0\nfor i in range(5):\n    total += i\n    if i == 3:\n        raise ValueError(total)",
+        "print(total, i)",
+        "1 / 0\nnever = 1",
+        "print('never' in dir())",
+        "items.append(3)\nitems.no_such_method()",
+        "print(items)",
+    ]
+    plain = compare(cells, {1, 3, 5, 7}, tmp_path)
+    assert [c["error"]["ename"] if c["error"] else None for c in plain] == [
+        None,
+        "TypeError",
+        None,
+        "ValueError",
+        None,
+        "ZeroDivisionError",
+        None,
+        "AttributeError",
+        None,
+    ]
+    assert plain[2]["stdout"].startswith("['red', 'blue'] [1, 2] False 2 made 3.5")
+
+
+@pytest.mark.timeout(900)
+def test_a_cell_reads_the_kernels_output_history(burst_env, tmp_path):
+    """``_``, ``__``, ``___``, ``_N``, ``Out``, ``_oh``, ``_iN``, ``In``, ``_ih`` on the machine are the kernel's; a
+    ``%%burst`` cell's Out enters the kernel's history as a plain cell's does (``_``, ``_N``, ``Out[N]``)."""
+    cells = [
+        "2 + 2",  # In[3], Out[3]
+        "_ * 3",  # Out[4] == 12
+        "x = _ + __\nprint(x, _3, Out[3], _oh[4], _i3, In[3], _ih[3], len(Out))",
+        "[_, __, ___]",
+        "y = _4 * 2\ny",
+        "z = 1",  # no Out: `_` stays
+        "_",
+        "print(_ is Out[max(Out)], sorted(Out))",
+        "Out[3] + Out[4]",
+        "'a'",
+        "'b'",
+        "'c'",
+        "print(_i, _ii, _iii)",  # the inputs of the three plain cells before (a burst cell's has its %%burst line)
+    ]
+    plain = compare(cells, {1, 2, 3, 4, 5, 6, 8, 12}, tmp_path)
+    assert plain[1]["out"] == "12" and plain[2]["stdout"].startswith("16 4 4 12 2 + 2 2 + 2 2 + 2")
+    assert plain[6]["out"] == "24" and plain[8]["out"] == "16" and plain[12]["stdout"] == "'c' 'b' 'a'\n"
