@@ -33,12 +33,13 @@ from ...options import Options
 from ...protocol import pricing
 from ...protocol.durations import parse_duration
 from ...protocol.env import manifest_json
-from ...protocol.job import Resources
+from ...protocol.job import JobLayout, Resources
 from .mailbox import MailboxTransport
 from .socket import SocketTransport
 from .transport import Transport
 
 if TYPE_CHECKING:
+    from ...store import Store
     from ..burst import Burst
     from ..job import Job
 
@@ -155,6 +156,11 @@ class Session:
     def launch(self, job: Job, attempt: int) -> None:
         """Hand the claimed ``attempt`` of ``job`` to the warm parent; ``job.wait`` then follows it."""
         self.sessions.transport(self.record.backend).launch(self, job, attempt)
+
+    def cell_store(self, store: Store, layout: JobLayout) -> Store:
+        """Where a cell's job is written and read: ``store``, or the objects that travel with the cell over the
+        session's push channel, beside it (:meth:`.transport.Transport.cell_store`)."""
+        return self.sessions.transport(self.record.backend).cell_store(self, store, layout)
 
     def info(self) -> dict[str, Any]:
         """A JSON-ready summary: state, cores, cells so far, limits and the cost so far."""

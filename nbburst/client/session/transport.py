@@ -13,6 +13,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ...protocol.job import JobLayout
+    from ...store import Store
     from ..burst import Burst
     from ..job import Job
     from .manager import Session, SessionRecord
@@ -41,6 +43,11 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def launch(self, session: Session, job: Job, attempt: int) -> None:
         """Hand the claimed ``attempt`` of ``job`` to the warm parent."""
+
+    def cell_store(self, session: Session, store: Store, layout: JobLayout) -> Store:
+        """Where the cell about to be launched on ``session`` writes and reads its job (``layout``). The default:
+        the Store itself, which the warm parent reads as quickly as the notebook does."""
+        return store
 
     @abc.abstractmethod
     def up(self, session: Session) -> bool:
