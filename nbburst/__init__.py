@@ -47,9 +47,11 @@ def __dir__() -> list[str]:
 
 
 def load_ipython_extension(ipython: Any) -> None:
+    from .ui import cellcheck
     from .ui.magic import BurstMagics
 
     ipython.register_magics(BurstMagics(ipython))
+    cellcheck.install(ipython)  # a cell that does not compile fails as in the kernel, before launch
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import CellSyntaxError
 
@@ -42,6 +43,21 @@ def check_syntax(code: str, where: str = "the cell", first_line: int = 1) -> Non
         text = exc.text or (lines[exc.lineno - 1] if exc.lineno and exc.lineno <= len(lines) else "")
         lineno = (exc.lineno or 1) + first_line - 1
         raise CellSyntaxError(exc.msg, where, lineno, text.rstrip("\n"), exc.offset or 0) from None
+
+
+def compile_as_kernel(shell: Any, raw: str) -> None:
+    """Compile ``raw``, a cell as the notebook sent it, as ``shell`` compiles a cell it runs: transformed, under
+    the name the kernel gives that cell (ipykernel's ``/tmp/ipykernel_<pid>/<hash>.py``), its lines its own.
+    Raises the very SyntaxError (or IndentationError) the kernel raises for it, its lines cached for the
+    traceback as the kernel caches a cell's."""
+    transformed = shell.transform_cell(raw)
+    name = shell.compile.get_code_name(raw, transformed, shell.execution_count)
+    flags = shell.compile.flags | (ast.PyCF_ALLOW_TOP_LEVEL_AWAIT if shell.autoawait else 0)
+    try:  # as IPython's run_cell: parse with its compiler's flags ("incomplete input"), then compile the tree
+        compile(shell.compile.ast_parse(transformed, filename=name), name, "exec", flags=flags, dont_inherit=True)
+    except SyntaxError:
+        shell.compile.cache(transformed, shell.execution_count, raw_code=raw)  # "Cell In[n], line k" as it shows
+        raise
 
 
 @dataclass
@@ -144,6 +160,36 @@ def written_files(tree: ast.AST) -> set[str]:
         call = _magic_call(node)
         if call is not None and call[0] == "writefile" and call[1]:
             found |= {w for w in call[1][0].split() if not w.startswith("-")}
+    return found
+
+
+#: Magics whose line names extensions (modules) to load: ``%load_ext csvmagic``.
+_EXTENSION_MAGICS = {"load_ext", "reload_ext"}
+
+
+def magics_used(tree: ast.AST) -> set[str]:
+    """The names of the magics the cell runs (``%hello``, ``%%csv``)."""
+    return {call[0] for node in ast.walk(tree) if (call := _magic_call(node)) is not None}
+
+
+def extensions_named(tree: ast.AST) -> set[str]:
+    """The modules the cell loads as extensions: ``%load_ext x``, ``%reload_ext x`` and
+    ``get_ipython().extension_manager.load_extension("x")`` (a module beside the notebook must be on the machine
+    as much as one the cell imports)."""
+    found = set()
+    for node in ast.walk(tree):
+        call = _magic_call(node)
+        if call is not None and call[0] in _EXTENSION_MAGICS and call[1]:
+            found |= {w for w in call[1][0].split() if w.isidentifier() or "." in w}
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("load_extension", "reload_extension")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.add(node.args[0].value)
     return found
 
 
