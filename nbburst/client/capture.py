@@ -21,6 +21,7 @@ import importlib
 import posixpath
 import re
 import symtable
+import sys
 import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from ..protocol import workfiles
 from ..protocol.dist import imported_names
 from ..protocol.imports import loaded_submodules
 from ..protocol.transfer import names_in
-from .cellcode import check_syntax, dynamic, embedded, shell_words, written_files
+from .cellcode import check_syntax, dynamic, embedded, extensions_named, magics_used, shell_words, written_files
 
 # IPython's input and output history: rebound by IPython at every cell, never brought back; sent, as the
 # kernel's, only to a cell that reads them (``_ * 3``, ``Out[4]``), which the machine then never sends back.
@@ -290,8 +291,26 @@ def capture(
     result.deletes = sorted({*analysis.deletes, *unbound})  # the machine reports which are really gone
     result.submodules = loaded_submodules(_packages(tree, result))
     result.files = _files_named(tree, result.values.values())
-    result.imports = [*imported_names(code), *imported, *result.modules.values()]
+    result.imports = [*imported_names(code), *imported, *result.modules.values(), *_magic_modules(tree)]
     return result
+
+
+def _magic_modules(tree: ast.AST) -> list[str]:
+    """The modules the cell's magics need on the machine: those it loads as extensions (``%load_ext csvmagic``),
+    and those the kernel's magics it runs come from (``%%csv``, registered by ``csvmagic``)."""
+    found = sorted(extensions_named(tree))
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None:
+        return found
+    table = shell.magics_manager.magics
+    for name in sorted(magics_used(tree)):
+        magic = table["cell"].get(name) or table["line"].get(name)
+        home = getattr(magic, "__self__", magic)  # a Magics method's class, or the function itself
+        module = getattr(home if isinstance(home, types.FunctionType) else type(home), "__module__", None)
+        if isinstance(module, str) and module != "__main__":
+            found.append(module)
+    return found
 
 
 def _star_imported(tree: ast.AST) -> list[str]:

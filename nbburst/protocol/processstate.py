@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import figureformats
+from . import figureformats, shellstate
 from .imports import when_imported
 
 
@@ -270,3 +270,5 @@ register("matplotlib.rcParams", _matplotlib_get, _matplotlib_set, module="matplo
 register("warnings.filters", _warnings_get, _warnings_set, module="warnings")
 # How the shell shows a Figure (the inline backend's settings); there is no Figure before matplotlib.figure.
 register("IPython.InlineBackend", figureformats.current, figureformats.apply, module="matplotlib.figure")
+# The shell's magics and extensions: what a cell registers or loads there, and what the kernel's has.
+register("IPython.shell", shellstate.current, shellstate.apply, module="IPython")

@@ -1,0 +1,179 @@
+"""The IPython shell's own state, as process state: its magics and its extensions.
+
+A cell that registers a magic (``@register_line_magic``, ``@register_cell_magic``,
+``get_ipython().register_magic_function``, a ``Magics`` class) or loads an extension
+(``%load_ext``) changes the shell, not the namespace: in the kernel the next cell's ``%hello``
+finds it. And a cell expects the kernel's shell wherever it runs: ipykernel's own magics
+(``%autosave``, ``%connect_info``), those of the extensions the kernel loaded (storemagic's
+``%store``), so that ``%lsmagic`` lists the same and each of them runs. So the shell's table of
+magics and its loaded extensions travel with every cell as any process state does
+(:mod:`.processstate`), and what a cell adds comes back to the kernel's shell.
+
+A magic the notebook defines (a notebook function, or a method of a notebook class) travels by
+value, as the notebook's functions do. One of a module (an installed package's, a module beside
+the notebook) travels by its name and is imported where it is first called (:class:`Lazy`): a
+shell that only lists it pays no import (ipykernel's shell module costs a cell half a second).
+An extension is loaded where it can be imported; where it cannot (a module beside the notebook
+that this cell does not use), it is only marked loaded, its magics coming by name. IPython's own
+magics are in every shell and stay out, and so do nbburst's: a machine runs no burst of its own.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import types
+from dataclasses import dataclass
+from typing import Any
+
+#: Modules whose magics every shell has (IPython's) or that only the kernel's may have (nbburst's).
+_STAY = ("IPython.core.", "nbburst")
+KINDS = ("line", "cell")
+
+
+@dataclass(frozen=True)
+class Named:
+    """A magic of a module, by name: a function (``attr`` empty) or the method ``attr`` of a Magics class."""
+
+    module: str
+    qualname: str
+    attr: str = ""
+
+    def resolve(self, shell: Any, kind: str, name: str) -> Any:
+        """The magic itself, imported (its class registered in ``shell`` first, for a method)."""
+        owner: Any = importlib.import_module(self.module)
+        for part in self.qualname.split("."):
+            owner = getattr(owner, part)
+        if not self.attr:
+            return owner
+        manager = shell.magics_manager
+        if not isinstance(manager.registry.get(owner.__name__), owner):
+            manager.register(owner(shell=shell))
+        return manager.magics[kind][name]
+
+
+@dataclass(frozen=True)
+class Alias:
+    """``%alias_magic``'s (and ipykernel's ``%ed``): another magic under a second name."""
+
+    target: str
+    kind: str
+    params: str | None
+
+
+@dataclass(frozen=True)
+class Method:
+    """A method of a notebook's ``Magics`` class: the class travels by value (its instance holds the shell)."""
+
+    owner: type
+    attr: str
+
+    def register(self, shell: Any) -> None:
+        shell.magics_manager.register(self.owner(shell=shell))
+
+
+class Lazy:
+    """A magic known by name: it lists as the magic does, and imports it when first called."""
+
+    def __init__(self, shell: Any, kind: str, name: str, named: Named):
+        self.shell, self.kind, self.name, self.named = shell, kind, name, named
+        # What %lsmagic's JSON form reads of a method: its instance's class name.
+        self.__self__ = type(named.qualname.rpartition(".")[2] if named.attr else "Other", (), {})()
+        self.__doc__ = f"{named.module}.{named.qualname}{'.' + named.attr if named.attr else ''}"
+
+    def _real(self) -> Any:
+        real = self.named.resolve(self.shell, self.kind, self.name)
+        self.shell.magics_manager.magics[self.kind][self.name] = real
+        return real
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._real()(*args, **kwargs)
+
+    def __getattr__(self, attr: str) -> Any:  # what IPython asks of a magic before it calls it (needs_local_scope...)
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return getattr(self._real(), attr)
+
+
+def _describe(magic: Any) -> Any:
+    """The magic as it travels: itself when the notebook defines it, else by name; None: it stays."""
+    if isinstance(magic, Lazy):
+        return magic.named
+    if isinstance(magic, types.MethodType):
+        cls = type(magic.__self__)
+        if cls.__module__ == "__main__":
+            return Method(cls, magic.__func__.__name__)
+        named = Named(cls.__module__, cls.__qualname__, magic.__func__.__name__)
+    elif isinstance(magic, types.FunctionType):
+        if magic.__module__ == "__main__":
+            return magic
+        named = Named(magic.__module__, magic.__qualname__)
+    elif type(magic).__name__ == "MagicAlias":
+        return Alias(magic.magic_name, magic.magic_kind, magic.magic_params)
+    else:
+        return None
+    return None if named.module.startswith(_STAY) or "<locals>" in named.qualname else named
+
+
+def _shell() -> Any:
+    from IPython.core.getipython import get_ipython
+
+    return get_ipython()
+
+
+def current() -> dict[str, Any]:
+    """The shell's magics that travel, by kind and name, and its loaded extensions."""
+    shell = _shell()
+    if shell is None:
+        return {"magics": {}, "extensions": []}
+    magics = {}
+    for kind in KINDS:
+        table = {name: _describe(magic) for name, magic in shell.magics_manager.magics[kind].items()}
+        magics[kind] = {name: shown for name, shown in sorted(table.items()) if shown is not None}
+    extensions = sorted(e for e in shell.extension_manager.loaded if not e.startswith(_STAY))
+    return {"magics": magics, "extensions": extensions}
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    from .codepickle import dumps
+
+    try:
+        return dumps(a) == dumps(b)
+    except Exception:
+        return False
+
+
+def apply(state: dict[str, Any]) -> None:
+    """Give this process's shell the extensions and magics of ``state`` that it lacks (or has otherwise)."""
+    shell = _shell()
+    if shell is None:
+        return
+    manager = shell.extension_manager
+    for extension in state["extensions"]:
+        if extension in manager.loaded:
+            continue
+        try:
+            found = importlib.util.find_spec(extension) is not None
+        except (ImportError, ValueError):
+            found = False
+        if found:
+            manager.load_extension(extension)
+        else:  # its magics come by name, imported where they are called
+            manager.loaded.add(extension)
+    table = shell.magics_manager.magics
+    for kind, magics in state["magics"].items():
+        for name, shown in magics.items():
+            here = table[kind].get(name)
+            if isinstance(shown, Alias):
+                if here is None:
+                    shell.magics_manager.register_alias(name, shown.target, shown.kind, shown.params)
+            elif isinstance(shown, Named):
+                if here is None:
+                    table[kind][name] = Lazy(shell, kind, name, shown)
+            elif not _same(_describe(here), shown):
+                if isinstance(shown, Method):
+                    shown.register(shell)
+                else:
+                    shell.magics_manager.register_function(shown, kind, name)

@@ -1,0 +1,86 @@
+"""The IPython shell's own state under %%burst (docs/fidelity.md, cause 13; a module a magic names, cause 4):
+magics a cell registers and extensions it loads reach the kernel's shell, and the machine's shell has the
+kernel's magics. Each cell runs plainly, then under %%burst, in one real kernel (nbclient, local backend)."""
+
+from __future__ import annotations
+
+import pytest
+from support.pairs import assert_same, run_pairs
+
+REGISTERED = [
+    "from IPython.core.magic import register_line_magic, register_cell_magic",
+    "@register_line_magic\ndef hello(line):\n    print('Salut' if line == 'french' else 'Hello world!')",
+    "%hello",
+    "%hello french",
+    "import pandas as pd\nfrom io import StringIO\n\n@register_cell_magic\ndef csv(line, cell):\n"
+    "    return pd.read_csv(StringIO(cell))",
+    "%%csv\na,b\n1,2\n3,4",
+    "def shout(line):\n    return line.upper()\nget_ipython().register_magic_function(shout, 'line', 'shout')",
+    "%shout quiet",
+    "from IPython.core.magic import Magics, magics_class, line_magic\n\n@magics_class\nclass Counter(Magics):\n"
+    "    count = 0\n    @line_magic\n    def tick(self, line):\n        Counter.count += 1\n"
+    "        return Counter.count\n"
+    "get_ipython().register_magics(Counter)",
+    "%alias_magic hi hello",
+    "%hi",
+]
+
+EXTENSIONS = [
+    "%%writefile csvmagic.py\nimport pandas as pd\nfrom io import StringIO\n\ndef csv(line, cell):\n"
+    "    return pd.read_csv(StringIO(cell))\n\ndef load_ipython_extension(ipython):\n"
+    "    ipython.register_magic_function(csv, 'cell')",
+    "%load_ext csvmagic",
+    "%%csv\ncol1,col2\n0,1\n3,4",
+    "%load_ext csvmagic",
+    "%reload_ext csvmagic",
+    "%load_ext storemagic",
+    "x = 5\n%store x",  # the store itself is the machine's profile's: %store -r on another machine finds nothing
+]
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("session", [False, True], ids=["own-machine", "session"])
+def test_magics_a_cell_registers_are_the_kernels_next(burst_env, tmp_path, session):
+    then = ("%hello", "%%csv\nq\n7", "%shout after", "%tick", "%hi french")
+    pairs, after = run_pairs(REGISTERED, tmp_path, then, session)
+    assert_same(pairs, REGISTERED)
+    assert pairs[2][0]["outputs"] == [("stream", "stdout", "Hello world!\n")]
+    assert after[0]["outputs"] == [("stream", "stdout", "Hello world!\n")]  # registered in the kernel's shell
+    assert after[1]["outputs"][0][0] == "execute_result"
+    assert after[2]["outputs"][0][2] == "'AFTER'"
+    assert after[4]["outputs"] == [("stream", "stdout", "Salut\n")]
+
+
+def run_apart(cells: list[str], cwd, then: tuple[str, ...] = (), session: bool = False) -> list[tuple[dict, dict]]:
+    """Cells that change what the next one finds (an extension loaded once): all plainly in one kernel, then all
+    under %%burst in another (each in a folder of its own), and the cells ``then`` as they are after each."""
+    (cwd / "plain").mkdir()
+    (cwd / "burst").mkdir()
+    _, plain = run_pairs([], cwd / "plain", (*cells, *then))
+    _, burst = run_pairs([], cwd / "burst", (*("%%burst\n" + c for c in cells), *then), session)
+    return list(zip(plain, burst, strict=True))
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("session", [False, True], ids=["own-machine", "session"])
+def test_an_extension_a_cell_loads_is_loaded_in_the_kernel(burst_env, tmp_path, session):
+    then = ("%%csv\nq\n7", "%load_ext csvmagic")
+    pairs = run_apart(EXTENSIONS, tmp_path, then, session)
+    assert_same(pairs, [*EXTENSIONS, *then])
+    assert pairs[2][0]["outputs"][0][0] == "execute_result"
+    assert pairs[3][0]["outputs"] == [
+        ("stream", "stdout", "The csvmagic extension is already loaded. To reload it, use:\n  %reload_ext csvmagic\n")
+    ]
+    assert pairs[-2][1]["outputs"][0][0] == "execute_result"  # %%csv: the extension the machine loaded, here too
+
+
+@pytest.mark.timeout(600)
+def test_the_machines_shell_has_the_kernels_magics(burst_env, tmp_path):
+    """%lsmagic lists the same magics on the machine (ipykernel's %autosave, storemagic's %store) but nbburst's:
+    a machine runs no burst of its own."""
+    cells = ["%lsmagic", "%%burst\n%lsmagic", "%%burst\n%autosave 0"]
+    pairs, after = run_pairs(["%autosave 0"], tmp_path, tuple(cells))
+    assert_same(pairs, ["%autosave 0"])
+    plain, burst = after[0]["outputs"][0][2], after[1]["outputs"][0][2]
+    assert "%autosave" in burst and "%store" in burst and "%connect_info" in burst
+    assert plain.replace("  %burst", "").replace("  %%burst", "") == burst
