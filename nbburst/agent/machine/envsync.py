@@ -13,7 +13,8 @@ versions already imported. On a stock image the bootstrap
 has installed them already, and there is nothing to do.
 
 When the bootstrap built the environment (it leaves ``BASE/env-pending.json``
-and a snapshot of the venv), a thread packs the snapshot and stores it,
+and a snapshot of the venv), a thread (:func:`store_built`; a warm session's
+relay starts it too) packs the snapshot and stores it,
 create-only, as ``envs/<hash>.tar.gz`` with its record signed by the job key
 (:mod:`nbburst.protocol.envcache`), while the cell runs; :func:`settle` waits
 for it before the VM is deleted, so that the next VM unpacks it instead of
@@ -24,6 +25,7 @@ Jobs without a manifest (the local backend: same environment) are left alone.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -48,6 +50,8 @@ ENV_SYNCED = "NBBURST_ENV_SYNCED"
 INSTALL_TIMEOUT_S = 1800
 #: The longest the end of a job waits for the environment to be stored.
 SETTLE_S = 900.0
+#: In ``$NBBURST_HOME`` while an environment is being stored: the pid of the process storing it.
+STORING = "env-storing"
 
 _storing: threading.Thread | None = None
 
@@ -150,13 +154,29 @@ def sync(store: Store, layout: JobLayout, key: bytes, log: JobLog) -> None:
     restart the agent when anything was installed (this call then does not return); then start storing an
     environment the bootstrap built."""
     _install(store, layout, key, log)
+    store_built(store, layout.job_id, key)
+
+
+def store_built(store: Store, job_id: str, key: bytes) -> None:
+    """Start storing, in a thread, an environment the bootstrap built at boot (it left ``env-pending.json``),
+    its record signed with ``key`` under ``job_id``: a job VM's agent and a session VM's relay both do, so that
+    the next VM of that environment, a job's or a session's, unpacks it instead of installing."""
     global _storing
     home = os.environ.get("NBBURST_HOME", "")
     if home and os.path.exists(os.path.join(home, "env-pending.json")) and _storing is None:
-        _storing = threading.Thread(
-            target=store_environment, args=(store, layout.job_id, key, home), name="nbburst-envstore", daemon=True
-        )
+        with open(os.path.join(home, STORING), "w") as f:  # another process of the VM may end it: it waits
+            f.write(str(os.getpid()))
+        _storing = threading.Thread(target=_store_marked, args=(store, job_id, key, home), name="nbburst-envstore")
+        _storing.daemon = True
         _storing.start()
+
+
+def _store_marked(store: Store, job_id: str, key: bytes, home: str) -> None:
+    try:
+        store_environment(store, job_id, key, home)
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(home, STORING))
 
 
 def store_environment(store: Store, job_id: str, key: bytes, home: str) -> None:
@@ -196,10 +216,33 @@ def store_environment(store: Store, job_id: str, key: bytes, home: str) -> None:
 
 
 def settle(timeout_s: float = SETTLE_S) -> None:
-    """Wait (at most ``timeout_s``) until an environment being stored is stored: the VM is deleted next."""
+    """Wait (at most ``timeout_s``) until an environment being stored is stored: the VM is deleted next. The
+    storing may be another process's (a session VM's relay stores, its warm parent ends the VM): its marker
+    file says which, and the wait ends when it is gone or that process is."""
     if _storing is not None and _storing.is_alive():
         _timing("waiting for the environment to be stored", time.time())
         _storing.join(timeout_s)
+        return
+    marker = os.path.join(os.environ.get("NBBURST_HOME") or "", STORING)
+    try:
+        with open(marker) as f:
+            pid = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return
+    t0 = time.time()
+    _timing(f"waiting for process {pid} to store the environment", t0)
+    while os.path.exists(marker) and _alive(pid) and time.time() - t0 < timeout_s:
+        time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return pid > 0
 
 
 def _last_line(text: str) -> str:

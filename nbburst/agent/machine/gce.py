@@ -72,6 +72,9 @@ def end_machine() -> str:
     """Delete this VM (or power it off); returns what was done ("", "deleted", "powered off")."""
     if not on_job_vm():
         return ""
+    from .envsync import settle
+
+    settle()  # an environment being stored (by this process or another of the VM) is stored before it goes
     name = _metadata("instance/name")
     zone = (_metadata("instance/zone") or "").rsplit("/", 1)[-1]
     project = _metadata("project/project-id")

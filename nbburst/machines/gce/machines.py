@@ -374,6 +374,9 @@ class GCEMachines(Machines):
             owner=owner,
             plan=plan,
         )
+        keys = signing.KeyRing(config.state_dir(self.settings) / "keys")
+        if not keys.has(session_id):  # the environment its VM stores is signed with the secret: the next VM trusts it
+            keys.add(session_id, secret, root)
         self._publish_environment(
             self.context.store_for(root), JobLayout(session_id), secret, "", request.preload, plan
         )
