@@ -47,7 +47,7 @@ from ...protocol import sealed, sessionpush, sessionwire
 from ...protocol.job import ENV_ATTEMPT, attempt_tag, split_job_url
 from ...protocol.metadata import metadata
 from ...store import NotFound, Store, open_store
-from ..machine import gce
+from ..machine import envsync, gce
 from .parent import ENV_TOKEN
 
 #: How often the relay lists the session's requests: what a cell's start waits at most, besides the Store
@@ -233,6 +233,7 @@ def main(argv: list[str]) -> int:
     boot = int(settings["boot"])
     folder = tempfile.mkdtemp(prefix="nbb-session-")  # only this user enters it
     relay = Relay(open_store(root), session_id, bytes.fromhex(key_hex), boot, folder)
+    envsync.store_built(relay.store, session_id, relay.secret)  # what the bootstrap built: the next VM unpacks it
     _open_push(relay)
     command = [sys.executable, "-m", "nbburst.agent.session.parent", relay.cells, "--control", relay.control]
     command += ["--idle", str(settings["idle"]), "--until", str(settings["until"])]
