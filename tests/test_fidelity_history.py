@@ -99,3 +99,52 @@ def test_a_cell_reads_the_kernels_output_history(burst_env, tmp_path):
     plain = compare(cells, {1, 2, 3, 4, 5, 6, 8, 12}, tmp_path)
     assert plain[1]["out"] == "12" and plain[2]["stdout"].startswith("16 4 4 12 2 + 2 2 + 2 2 + 2")
     assert plain[6]["out"] == "24" and plain[8]["out"] == "16" and plain[12]["stdout"] == "'c' 'b' 'a'\n"
+
+
+EX7 = "a,b,c,d,message\n1,2,3,4,hello\n5,6,7,8,world\n9,10,11,12,foo\n"
+
+
+@pytest.mark.timeout(900)
+def test_open_files_readers_and_databases_move_with_the_cell(burst_env, tmp_path):
+    """An open file (text or binary, read or written, mid-iteration or closed), a csv.reader over it and a sqlite3
+    connection and cursor on a database file, made on the machine and used in the kernel, made in the kernel
+    and used on the machine, each reopened on that side's copy of the file where the other side left it."""
+    (tmp_path / "ex7.csv").write_text(EX7)
+    cells = [
+        "import csv, sqlite3\nf = open('ex7.csv')\nreader = csv.reader(f)",
+        "for line in reader:\n    print(line)\nf.close()",
+        "print(f.closed, reader.line_num)",
+        "g = open('ex7.csv')\nfirst = g.readline()\nr2 = csv.reader(g)\nrow = next(r2)",
+        "print(first, row, r2.line_num, next(r2), r2.line_num)",
+        "print(list(r2), r2.line_num, g.tell())",
+        "with open('ex7.csv') as h:\n    lines = list(csv.reader(h))",
+        "print(h.closed, h.name, h.mode, lines[1])",
+        "w = open('notes.txt', 'w')\nw.write('one\\n')",
+        "w.write('two\\n')",
+        "w.close()\nprint(open('notes.txt').read(), w.mode)",
+        "b = open('ex7.csv', 'rb')\nhead = b.read(4)",
+        "print(head, b.read(4), b.tell(), b.mode)",
+        "con = sqlite3.connect('mydata.sqlite')\ncon.execute('CREATE TABLE test (a VARCHAR(20), d INTEGER)')\n"
+        "con.commit()",
+        "con.executemany('INSERT INTO test VALUES(?, ?)', [('x', 1), ('y', 2)])\ncon.commit()",
+        "cursor = con.execute('SELECT * FROM test')\nrows = cursor.fetchall()\nrows",
+        "print([x[0] for x in cursor.description], cursor.fetchall())",
+        "print(con.execute('SELECT count(*) FROM test').fetchall())",
+    ]
+    plain = compare(cells, {0, 1, 3, 4, 6, 8, 9, 11, 12, 13, 14, 15, 16}, tmp_path)
+    assert plain[1]["stdout"].count("\n") == 4 and plain[2]["stdout"] == "True 4\n"
+    assert plain[10]["stdout"] == "one\ntwo\n w\n" and plain[17]["stdout"] == "[(2,)]\n"
+
+
+@pytest.mark.timeout(600)
+def test_a_handle_that_cannot_move_is_named_with_its_reason(burst_env, tmp_path):
+    """An in-memory database and a transaction not yet committed stay on the machine; the cell says which and why."""
+    cells = [
+        "import sqlite3\nmem = sqlite3.connect(':memory:')\ndisk = sqlite3.connect('d.sqlite')\n"
+        "disk.execute('CREATE TABLE t (a)')\ndisk.execute('INSERT INTO t VALUES (1)')\nkept = 1"
+    ]
+    seen, space = observed(["%load_ext nbburst", "%%burst\n" + cells[0]], set(), "plain", tmp_path)
+    stderr = seen[1]["stderr"]
+    assert "'mem' (Connection) was not brought back" in stderr and "in-memory" in stderr, stderr
+    assert "'disk' (Connection) was not brought back" in stderr and "commit()" in stderr, stderr
+    assert space["kept"] == "int 1" and "mem" not in space

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..options import Options, file_destination
-from ..protocol import workfiles
+from ..protocol import handles, workfiles
 from ..protocol.dist import imported_names
 from ..protocol.imports import loaded_submodules
 from ..protocol.transfer import names_in
@@ -290,7 +290,8 @@ def capture(
         result.outputs = outputs
     result.deletes = sorted({*analysis.deletes, *unbound})  # the machine reports which are really gone
     result.submodules = loaded_submodules(_packages(tree, result))
-    result.files = _files_named(tree, result.values.values())
+    held = [rel for value in result.values.values() for rel in handles.files_of(value)]  # reopened there on them
+    result.files = list(dict.fromkeys([*_files_named(tree, result.values.values()), *held]))
     result.imports = [*imported_names(code), *imported, *result.modules.values(), *_magic_modules(tree)]
     return result
 

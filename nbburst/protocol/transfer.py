@@ -39,7 +39,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import codepickle, payload, views
+from . import codepickle, handles, payload, views
 
 #: The name under which a cell's last value (its ``Out``) travels among its variables.
 LAST = "<last>"
@@ -146,6 +146,8 @@ class _Pickler(codepickle.Pickler):
             home = obj.__name__ if isinstance(obj, types.ModuleType) else obj.__module__
             if isinstance(home, str):
                 self.named.add(home)
+        if handles.held(obj):  # an open file, a csv.reader, a database: reopened where it lands
+            return handles.reduce(obj)
         if self.regions is not None and id(obj) not in self.plain:
             region = self.regions.region_of(obj)
             if region is not None:
@@ -173,6 +175,11 @@ def _adoptable(obj: Any) -> tuple[str, Any] | None:
         return kind.__name__, kind(obj)
     if kind is bytearray:
         return "bytearray", bytes(obj)
+    if handles.held(obj):
+        try:
+            return "handle", handles.reduce(obj)
+        except handles.Unmovable:
+            return None
     module = kind.__module__ or ""
     if module.startswith("numpy"):
         if kind.__name__ == "ndarray":
@@ -226,6 +233,8 @@ def _update(old: Any, kind: str, content: Any) -> Any:
             old[...] = content
             return old
         return content
+    if kind == "handle":
+        return handles.update(old, *content)
     if kind in _RNGS:
         import numpy as np
 
