@@ -101,14 +101,15 @@ def test_a_cell_reads_the_kernels_output_history(burst_env, tmp_path):
     assert plain[6]["out"] == "24" and plain[8]["out"] == "16" and plain[12]["stdout"] == "'c' 'b' 'a'\n"
 
 
-EX7 = "a,b,c,d,message\n1,2,3,4,hello\n5,6,7,8,world\n9,10,11,12,foo\n"
+EX7 = "a,b,c,d,message\n1,2,3,4,hello\n5,6,7,8,world\n9,10,11,12,foo\n13,14,15,16,bar\n"
 
 
 @pytest.mark.timeout(900)
 def test_open_files_readers_and_databases_move_with_the_cell(burst_env, tmp_path):
-    """An open file (text or binary, read or written, mid-iteration or closed), a csv.reader over it and a sqlite3
-    connection and cursor on a database file, made on the machine and used in the kernel, made in the kernel
-    and used on the machine, each reopened on that side's copy of the file where the other side left it."""
+    """An open file (text or binary, read or written, mid-iteration or closed), a csv.reader over it, pandas'
+    readers in chunks, and a sqlite3 connection and cursor on a database file, made on the machine and used in
+    the kernel, made in the kernel and used on the machine, each reopened on that side's copy of the file where
+    the other side left it."""
     (tmp_path / "ex7.csv").write_text(EX7)
     cells = [
         "import csv, sqlite3\nf = open('ex7.csv')\nreader = csv.reader(f)",
@@ -130,9 +131,17 @@ def test_open_files_readers_and_databases_move_with_the_cell(burst_env, tmp_path
         "cursor = con.execute('SELECT * FROM test')\nrows = cursor.fetchall()\nrows",
         "print([x[0] for x in cursor.description], cursor.fetchall())",
         "print(con.execute('SELECT count(*) FROM test').fetchall())",
+        "import pandas as pd\nchunker = pd.read_csv('ex7.csv', chunksize=2)\nfirst = next(chunker)",
+        "print(next(chunker).a.tolist())",
+        "it = pd.read_csv('ex7.csv', iterator=True)\nit.get_chunk(1)",
+        "tot = 0\nfor piece in chunker:\n    tot += piece.a.sum()\nprint(tot, it.get_chunk(5).shape)",
+        "k = open('ex7.csv')\nnext(k)",
+        "for line in k:\n    print(line, end='')",
+        "print(k.read(), k.tell(), k.closed)",
     ]
-    plain = compare(cells, {0, 1, 3, 4, 6, 8, 9, 11, 12, 13, 14, 15, 16}, tmp_path)
-    assert plain[1]["stdout"].count("\n") == 4 and plain[2]["stdout"] == "True 4\n"
+    # the kernel's own (plain cells 11, 13, 17, 22) used on the machine too
+    plain = compare(cells, {0, 1, 3, 4, 6, 8, 9, 12, 14, 15, 16, 18, 20, 23}, tmp_path)
+    assert plain[1]["stdout"].count("\n") == 5 and plain[2]["stdout"] == "True 5\n"
     assert plain[10]["stdout"] == "one\ntwo\n w\n" and plain[17]["stdout"] == "[(2,)]\n"
 
 

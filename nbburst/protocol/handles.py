@@ -9,7 +9,8 @@ and its state, and is reopened where it lands on that side's copy of the file:
 * a file object as the same kind of object (text or binary, its mode, encoding and name) at the same
   position; what was written is flushed first, and a file opened for writing is reopened without being
   truncated (``w`` as ``r+``, keeping its ``mode``); a closed one comes back closed;
-* a ``csv.reader`` over the reopened file, its dialect and ``line_num`` kept;
+* a ``csv.reader`` over the reopened file, its dialect and ``line_num`` kept; pandas' reader of a file in
+  chunks (``read_csv(..., chunksize=N)``) with the rows it has read;
 * a ``sqlite3`` connection on the database file as committed (a transaction not yet committed cannot
   move: it is said so), a cursor as one of that connection with the same columns, its rows read.
 
@@ -46,7 +47,13 @@ class Unmovable(TypeError):
 
 def held(obj: Any) -> bool:
     """Whether ``obj`` is a handle this module moves (or says why it cannot)."""
-    return isinstance(obj, (*_FILES, _READER, sqlite3.Connection, sqlite3.Cursor))
+    return isinstance(obj, (*_FILES, _READER, sqlite3.Connection, sqlite3.Cursor)) or _frame_reader(obj)
+
+
+def _frame_reader(obj: Any) -> bool:
+    """pandas' ``read_csv(..., chunksize=N)`` (or ``iterator=True``), told without importing pandas."""
+    kind = type(obj)
+    return kind.__name__ == "TextFileReader" and kind.__module__.startswith("pandas.")
 
 
 def reduce(obj: Any) -> Reduced:
@@ -56,6 +63,13 @@ def reduce(obj: Any) -> Reduced:
     if isinstance(obj, _READER):
         source, dialect = _reader_parts(obj)
         return _csv_reader, (source, obj.line_num, {k: getattr(dialect, k) for k in _DIALECT})
+    if _frame_reader(obj):
+        handle = obj.handles.handle if obj.handles is not None else None
+        if handle is None:
+            raise Unmovable("it reads from no file")
+        name = _name(handle)
+        options = {"engine": obj.engine, **obj.orig_options}
+        return _text_file_reader, (name, options, obj._currow, handle.closed, _stamp(_relative(name)))
     if isinstance(obj, sqlite3.Connection):
         database = _database(obj)
         return _connection, (database, obj.isolation_level, _stamp(database))
@@ -73,6 +87,8 @@ def files_of(obj: Any) -> list[str]:
             return files_of(obj.connection)
         if isinstance(obj, sqlite3.Connection):
             return [_database(obj)]
+        if _frame_reader(obj) and obj.handles is not None and not obj.handles.handle.closed:
+            return [_relative(_name(obj.handles.handle))]
     except (Unmovable, sqlite3.Error):
         return []
     return []
@@ -231,6 +247,19 @@ def _csv_reader(source: Any, line_num: int, dialect: dict[str, Any]) -> Any:
     reader = csv.reader(_Resumed(source, line_num), **dialect)
     for _ in range(line_num):
         next(reader)
+    return reader
+
+
+def _text_file_reader(name: str, options: dict[str, Any], row: int, closed: bool, stamp: Any = None) -> Any:
+    """pandas' reader of ``name`` in chunks, read up to ``row`` (closed, as it closes itself once it is through)."""
+    from pandas.io.parsers.readers import TextFileReader
+
+    reader = TextFileReader(_relative(name), **options)
+    if closed:
+        reader.close()
+        reader._currow = row  # what it had read: a closed reader reads no more
+    elif row:
+        reader.read(row)
     return reader
 
 
