@@ -60,7 +60,8 @@ def test_capture_sorts_modules_values_and_hidden_names():
     injected = {"In": ns["In"], "display": ns["display"]}  # what IPython put there (shell.user_ns_hidden)
     cap = capture("y = np.sum(X) + _ + len(In)\ndisplay(y)", ns, hidden=injected)
     assert cap.modules == {"np": "numpy"}
-    assert cap.values == {"X": [1]}
+    assert cap.values == {"X": [1], "_": 3, "In": []}  # the kernel's history, read by the cell, is the cell's
+    assert cap.history == ["_", "In"] and {"_", "In"} <= cap.optional
     assert cap.outputs == ["y"]
 
 
@@ -69,8 +70,8 @@ def test_names_like_ipythons_travel_when_they_hold_the_users_values():
     injected = {"display": print, "exit": object(), "In": []}
     ns = {"display": {"a confusion": "matrix"}, "exit": 3, "In": injected["In"], "X": 1}
     cap = capture("r = (display, exit, In, X)\ndisplay = 2", ns, hidden=injected)
-    assert cap.values == {"display": {"a confusion": "matrix"}, "exit": 3, "X": 1}
-    assert cap.outputs == ["r", "display"]
+    assert cap.values == {"display": {"a confusion": "matrix"}, "exit": 3, "X": 1, "In": []}
+    assert cap.history == ["In"] and cap.outputs == ["r", "display"]
 
 
 def test_submodules_loaded_here_under_the_packages_the_cell_uses():
