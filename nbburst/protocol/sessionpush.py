@@ -33,6 +33,8 @@ from . import sealed, sessionwire
 
 #: How long one side waits for the other's handshake or line before it gives the connection up.
 HANDSHAKE_SECONDS = 10.0
+#: The TCP port a session VM's relay listens on when it can (one firewall rule admits it: machines/gce/firewall.py).
+PORT = 8470
 #: How long an identity holds: past any session's time limit (a session's time limit is days at most).
 _VALID_DAYS = 30
 

@@ -164,7 +164,10 @@ class Relay:
         announce the port at ``announced`` (the address the client reaches the VM on) in the state."""
         own = sessionpush.identity(f"{self.session_id}-{self.boot}")
         tls = sessionpush.context(own, client_cert, server=True)
-        server = socket.create_server((address, 0))
+        try:
+            server = socket.create_server((address, sessionpush.PORT))
+        except OSError:  # taken: a port of the system's choosing, which a firewall rule may not admit (the Store then)
+            server = socket.create_server((address, 0))
         self.push = {"host": announced, "port": server.getsockname()[1], "cert": own["cert"]}
         threading.Thread(target=self._accept, args=(server, tls), daemon=True).start()
 
