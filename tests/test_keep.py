@@ -13,6 +13,7 @@ from nbburst.client.burst import Burst
 from nbburst.client.capture import capture
 from nbburst.errors import UsageError
 from nbburst.machines.base import GONE
+from nbburst.machines.gce.firewall import SESSION_TAG
 from nbburst.options import Options
 from nbburst.protocol.job import State
 from nbburst.ui import cli
@@ -131,6 +132,7 @@ def test_on_gce_the_kept_vm_takes_the_next_cell_and_deletes_itself_when_idle_wit
     (insert,) = _inserts(compute_emulator)
     body = insert["body"]
     assert body["name"] == first.session.machine and body["labels"]["nbburst-session"] == "1"
+    assert body["tags"]["items"] == [SESSION_TAG], "the session firewall rule admits the notebook to its relay"
     sched = body["scheduling"]
     assert sched["instanceTerminationAction"] == "DELETE", "Google deletes it at its limit, whatever the kernel does"
     assert int(sched["maxRunDuration"]["seconds"]) <= keep.LIMIT_S + 20 + 120

@@ -590,7 +590,13 @@ def cmd_setup(args: argparse.Namespace) -> int:
     from ..machines.gce.setup import setup
 
     burst = session(args, open_store=False)  # the bucket may not exist yet: making it is the point
-    checks = setup(GCEContext(burst.settings), args.location, args.blob_days, grant=not args.no_grant)
+    checks = setup(
+        GCEContext(burst.settings),
+        args.location,
+        args.blob_days,
+        grant=not args.no_grant,
+        session_sources=args.session_source,
+    )
     return print_checks(checks)
 
 
@@ -789,6 +795,12 @@ def parser() -> argparse.ArgumentParser:
         help="delete stored values (PREFIX/blobs/) older than N days (default 30; 0: keep them)",
     )
     s.add_argument("--no-grant", action="store_true", help="leave the bucket's IAM policy as it is")
+    s.add_argument(
+        "--session-source",
+        action="append",
+        metavar="CIDR",
+        help="the notebook's address range: create the firewall rule admitting it to session VMs' relay port",
+    )
     s.set_defaults(func=cmd_setup)
 
     s = sub.add_parser("supervise", parents=[common], help="relaunch preempted jobs until stopped")

@@ -458,6 +458,21 @@ class ComputeAPI:
             "reading the network", self.client("NetworksClient").get, project=self.project, network=resource_name(name)
         )
 
+    def firewall(self, name: str) -> Any:
+        """The VPC firewall rule ``name`` of this project; NotFound when it does not exist."""
+        return self.call(
+            "reading the firewall rule", self.client("FirewallsClient").get, project=self.project, firewall=name
+        )
+
+    def insert_firewall(self, resource: Any, what: str) -> Any:
+        """Start making the firewall rule ``resource``; the global operation (see :meth:`wait`)."""
+        from google.cloud import compute_v1
+
+        request = compute_v1.InsertFirewallRequest(
+            project=self.project, firewall_resource=resource, request_id=str(uuid.uuid4())
+        )
+        return self.call(what, self.client("FirewallsClient").insert, request=request, timeout=60)
+
     def subnetwork(self, region: str, name: str) -> Any:
         """The subnetwork ``name`` (a name or a path) of ``region``; NotFound when it does not exist."""
         return self.call(

@@ -2,8 +2,9 @@
 
 Credentials, project and zone, the Compute API, the APIs a job uses (Compute, Storage, Secret Manager, Cloud
 Billing), the bucket and who may use it (these credentials, the VMs' scopes and service account:
-:mod:`~nbburst.machines.gce.access`), the network and subnetwork (with no external IP, Private Google Access), the
-spot and standard quotas of the region and of the project (:mod:`~nbburst.machines.gce.quota`), the external
+:mod:`~nbburst.machines.gce.access`), the network and subnetwork (with no external IP, Private Google Access),
+the firewall rule that lets the notebook reach a session VM's relay (:mod:`~nbburst.machines.gce.firewall`),
+the spot and standard quotas of the region and of the project (:mod:`~nbburst.machines.gce.quota`), the external
 addresses and SSD disk a VM takes, and the image.
 
 Read-only: it lists and reads (credentials, zone, bucket, quotas, image) and never creates anything
@@ -22,6 +23,7 @@ from ...protocol import pricing
 from ...protocol.job import Resources
 from ..base import Check
 from . import api as gce_api
+from . import firewall as gce_firewall
 from . import quota as gce_quota
 from . import types as gce_types
 from .context import GCEContext
@@ -78,6 +80,7 @@ def doctor(context: GCEContext, resources: Resources | None = None) -> list[Chec
         return checks
     res = resources or Resources()
     check("network", lambda: checks.append(_network(context, pricing.region_of(zones[0]))))
+    check("session firewall", lambda: checks.append(gce_firewall.check(context)))
     check("addresses and disks", lambda: checks.extend(_addresses_and_disks(context, pricing.region_of(zones[0]))))
 
     def quota() -> None:

@@ -73,6 +73,7 @@ from . import types as gce_types
 from . import vm
 from . import watcher as gce_watcher
 from .context import ZONE_RE, GCEContext
+from .firewall import SESSION_TAG
 
 log = logging.getLogger("nbburst.gce")
 
@@ -386,6 +387,9 @@ class GCEMachines(Machines):
             resource = self.instance_resource(spec, job_url(root, session_id), key_secret, 1, zone, plan, plan["spot"])
             resource.name, resource.description = machine, f"nbburst warm session {session_id}"
             resource.labels["nbburst-session"] = "1"
+            resource.tags = compute_v1.Tags(
+                items=[SESSION_TAG]
+            )  # the firewall rule of `nbburst setup` admits its relay
             items = {i.key: i.value for i in resource.metadata.items if i.key != "shutdown-script"}
             items["startup-script"] = vm.session_startup_script()
             items["nbburst-session"] = json.dumps(settings)

@@ -13,7 +13,10 @@ Run it once per project (again at any time: it changes only what is missing):
    grants it the object permissions already (``--no-grant``: leave the policy alone);
 3. the access checks of ``nbburst doctor`` then run on the bucket, and on Secret Manager, which hands each job's
    key to its VM: the API must be enabled (``gcloud services enable secretmanager.googleapis.com``) and these
-   credentials must manage secrets (``roles/secretmanager.admin``); see :mod:`~nbburst.machines.gce.keysecret`.
+   credentials must manage secrets (``roles/secretmanager.admin``); see :mod:`~nbburst.machines.gce.keysecret`;
+4. with ``--session-source RANGE`` (the notebook's address), the VPC firewall rule that admits the notebook to a
+   session VM's relay port is created when missing (:mod:`~nbburst.machines.gce.firewall`); without it, it is
+   checked, and its absence is a warning with the command that makes it (sessions then go through the Store).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from ...protocol import pricing
 from ...protocol.job import BLOBS_PREFIX
 from ..base import Check
 from . import access as gce_access
+from . import firewall as gce_firewall
 from .context import GCEContext
 
 DEFAULT_BLOB_DAYS = 30
@@ -47,8 +51,10 @@ def setup(
     blob_days: int = DEFAULT_BLOB_DAYS,
     grant: bool = True,
     say: Callable[[str], None] = print,
+    session_sources: list[str] | None = None,
 ) -> list[Check]:
-    """Make the bucket and let the VMs use it (see the module docstring); the checks that follow."""
+    """Make the bucket and let the VMs use it (see the module docstring); the checks that follow.
+    ``session_sources``: the notebook's address ranges, for the session firewall rule (step 4)."""
     from google.api_core import exceptions as gexc
 
     name, prefix = bucket_and_prefix(context.settings)
@@ -73,7 +79,8 @@ def setup(
         ) from None
     except gexc.GoogleAPICallError as exc:
         raise BurstError(f"nbburst setup: gs://{name}: {getattr(exc, 'message', exc)}") from None
-    return checks + context.access_checks(name)
+    rule = gce_firewall.ensure(context, session_sources, say) if session_sources else gce_firewall.check(context)
+    return checks + context.access_checks(name) + [rule]
 
 
 def _region(context: GCEContext) -> str:

@@ -60,6 +60,7 @@ from pathlib import Path
 from nbburst.testing import tokens
 from nbburst.testing.compute import catalog as cat
 from nbburst.testing.compute.billing import Catalog
+from nbburst.testing.compute.firewalls import check_firewall
 from nbburst.testing.compute.instance import Instance, fingerprint, kill, reap, scan_processes, write_shims
 from nbburst.testing.compute.lifecycle import LifecycleMixin
 from nbburst.testing.compute.resources import (
@@ -138,6 +139,7 @@ class ComputeEmulator(LifecycleMixin):
         for constraint, allowed in (org_policies or {}).items():
             self.set_org_policy(constraint, allowed)
         self._networks: dict[tuple[str, str], cat.Network] = {}
+        self._firewalls: dict[tuple[str, str], dict] = {}  # (project, name) -> the rule as firewalls.get gives it
         #: APIs turned off in the project (Service Usage, see :meth:`set_service`); every other one is on.
         self.disabled_services: set[str] = set()
         #: Service accounts whose instances.insert and instances.start are refused (see :meth:`refuse_launches`).
@@ -664,6 +666,37 @@ class ComputeEmulator(LifecycleMixin):
             if network is None:
                 raise not_found(f"projects/{project}/global/networks/{name}")
             return network.json()
+
+    def api_firewall(self, project: str, name: str) -> dict:
+        with self._lock:
+            rule = self._firewalls.get((project, name))
+            if rule is None:
+                raise not_found(f"projects/{project}/global/firewalls/{name}")
+            return copy.deepcopy(rule)
+
+    def api_insert_firewall(self, project: str, body: dict, request_id: str | None = None) -> dict:
+        """firewalls.insert: the rule checked as Compute Engine checks it (:mod:`.firewalls`), a global
+        operation; a name taken is 409 alreadyExists."""
+        with self._lock:
+            prior = self._prior(project, request_id)
+            if prior:
+                return prior
+            rule = check_firewall(project, body, self._network_catalog(project))
+            if (project, rule["name"]) in self._firewalls:
+                raise ComputeError(
+                    409,
+                    "alreadyExists",
+                    f"The resource 'projects/{project}/global/firewalls/{rule['name']}' already exists",
+                )
+            self._firewalls[(project, rule["name"])] = rule
+            op = self._new_global_op(project, "insert", rule["selfLink"], rule["id"], request_id)
+            self._finish(op)
+            return copy.deepcopy(op)
+
+    def firewalls(self, project: str | None = None) -> list[dict]:
+        """The firewall rules made so far (for tests)."""
+        with self._lock:
+            return [copy.deepcopy(r) for (p, _), r in self._firewalls.items() if p == (project or self.project)]
 
     def api_subnetwork(self, project: str, region: str, name: str) -> dict:
         with self._lock:

@@ -108,6 +108,16 @@ def _network(emu, a, q, b):
     return emu.api_network(a["project"], a["network"])
 
 
+@route("GET", _P + r"/global/firewalls/(?P<firewall>[^/]+)")
+def _firewall(emu, a, q, b):
+    return emu.api_firewall(a["project"], a["firewall"])
+
+
+@route("POST", _P + r"/global/firewalls")
+def _insert_firewall(emu, a, q, b):
+    return emu.api_insert_firewall(a["project"], b, q.get("requestId"))
+
+
 @route("GET", _P + r"/regions/(?P<region>[^/]+)/subnetworks/(?P<subnetwork>[^/]+)")
 def _subnetwork(emu, a, q, b):
     return emu.api_subnetwork(a["project"], a["region"], a["subnetwork"])
