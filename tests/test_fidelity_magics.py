@@ -5,6 +5,7 @@ kernel's magics. Each cell runs plainly, then under %%burst, in one real kernel 
 from __future__ import annotations
 
 import pytest
+from support.apart import run_apart
 from support.pairs import assert_same, run_pairs
 
 REGISTERED = [
@@ -49,16 +50,6 @@ def test_magics_a_cell_registers_are_the_kernels_next(burst_env, tmp_path, sessi
     assert after[1]["outputs"][0][0] == "execute_result"
     assert after[2]["outputs"][0][2] == "'AFTER'"
     assert after[4]["outputs"] == [("stream", "stdout", "Salut\n")]
-
-
-def run_apart(cells: list[str], cwd, then: tuple[str, ...] = (), session: bool = False) -> list[tuple[dict, dict]]:
-    """Cells that change what the next one finds (an extension loaded once): all plainly in one kernel, then all
-    under %%burst in another (each in a folder of its own), and the cells ``then`` as they are after each."""
-    (cwd / "plain").mkdir()
-    (cwd / "burst").mkdir()
-    _, plain = run_pairs([], cwd / "plain", (*cells, *then))
-    _, burst = run_pairs([], cwd / "burst", (*("%%burst\n" + c for c in cells), *then), session)
-    return list(zip(plain, burst, strict=True))
 
 
 @pytest.mark.timeout(900)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import dis
+import glob
 import importlib
 import posixpath
 import re
@@ -44,6 +45,8 @@ _HISTORY = re.compile(r"^(_|__|___|_i|_ii|_iii|_i\d+|_\d+|_ih|_oh|_dh)$")
 _HISTORY_LISTS = frozenset({"In", "Out"})
 #: A file the cell names is placed on the machine up to this size; a bigger one needs ``--files``.
 NAMED_FILE_LIMIT = 1 << 30
+#: A shell line's glob stages at most this many of the files it matches.
+GLOB_LIMIT = 256
 
 
 @dataclass
@@ -405,12 +408,15 @@ def _strings(tree: ast.AST, values: Any) -> Iterator[str]:
 
 
 def _files_named(tree: ast.AST, values: Any) -> list[str]:
-    """Relative paths, among the strings the cell may use and the words of its shell lines, of files in or near
-    the kernel's working folder (``../data/x.csv`` too; not the ones its ``%%writefile`` writes)."""
+    """Relative paths, among the strings the cell may use, the words of its shell lines and the files its
+    ``%%writefile`` magics write (``Overwriting``, ``-a`` appends to the kernel's), of files in or near the
+    kernel's working folder (``../data/x.csv`` too); a shell line's glob (``ls scripts/*.py``), the files it
+    matches here."""
     found: dict[str, None] = {}
-    written = written_files(tree)
-    for text in [*_strings(tree, values), *shell_words(tree)]:
-        if text in written or not text.strip() or len(text) > 1024 or "\n" in text or text.startswith("~"):
+    words = shell_words(tree)
+    globbed = [match for word in words if glob.has_magic(word) for match in sorted(glob.glob(word))[:GLOB_LIMIT]]
+    for text in [*_strings(tree, values), *words, *globbed, *sorted(written_files(tree))]:
+        if not text.strip() or len(text) > 1024 or "\n" in text or text.startswith("~"):
             continue
         path = Path(text)
         if path.is_absolute() or workfiles.levels_up(posixpath.normpath(text)) > workfiles.UP_LIMIT:

@@ -11,7 +11,9 @@ later into any folder (``nbburst download JOB``, ``%burst download JOB``,
 * here and changed since the cell started: never overwritten: the machine's copy is written
   beside it as ``<stem>.<job id><suffix>``, and the :class:`Arrival` says so.
 
-Deletions on the machine are not mirrored. Each file streams from the Store to
+A file that was sent with the cell and that the cell deleted (``!rm examples/out.csv``) is deleted here
+too, unless it changed here since the cell started; no other deletion is mirrored (the machine has
+only the files the cell named). Each file streams from the Store to
 a temporary name in its folder, is checked (its seal, then its sha256) and only
 then renamed to its final name: an interrupted download never leaves a half file.
 """
@@ -41,6 +43,7 @@ class Arrival:
     same: list[str] = field(default_factory=list)
     kept_both: dict[str, str] = field(default_factory=dict)  # the local file -> where the machine's copy went
     held: list[str] = field(default_factory=list)  # left in the Store (over the limit): nothing was fetched
+    removed: list[str] = field(default_factory=list)  # sent with the cell, deleted by it: deleted here too
     total: int = 0
 
     def lines(self, job_ref: str, asked: bool = False) -> list[str]:
@@ -60,6 +63,10 @@ class Arrival:
                 f" and {len(self.written) - 8} more" if len(self.written) > 8 else ""
             )
             out.append(f"files the cell wrote, now in {self.dest}: {shown}")
+        if self.removed and asked:
+            out.append(
+                f"files sent with the cell that it deleted, deleted in {self.dest} too: {', '.join(self.removed)}"
+            )
         for local, other in self.kept_both.items():
             out.append(f"{local} changed here since the cell started: kept it, and put the machine's copy in {other}")
         if asked and not out:
@@ -71,12 +78,17 @@ class Arrival:
         return out
 
 
+def _manifest(folder: JobFolder) -> bytes | None:
+    try:
+        return folder.get_record(workfiles.manifest_key(folder.layout))
+    except NotFound:
+        return None
+
+
 def listing(folder: JobFolder) -> dict[str, workfiles.Entry]:
     """The files the job kept ({} when there are none)."""
-    try:
-        return workfiles.decode(folder.get_record(workfiles.manifest_key(folder.layout)))
-    except NotFound:
-        return {}
+    raw = _manifest(folder)
+    return workfiles.decode(raw) if raw is not None else {}
 
 
 def download(folder: JobFolder, dest: str | os.PathLike[str], started: float, limit: int | None = None) -> Arrival:
@@ -84,7 +96,8 @@ def download(folder: JobFolder, dest: str | os.PathLike[str], started: float, li
 
     ``started``: when the cell started; a local file modified after it is the user's and is kept."""
     dest = Path(dest).expanduser().resolve()
-    entries = listing(folder)
+    raw = _manifest(folder)
+    entries = workfiles.decode(raw) if raw is not None else {}
     arrival = Arrival(dest, total=sum(e.size for e in entries.values()))
     if limit is not None and arrival.total > limit:
         arrival.held = sorted(entries)
@@ -102,6 +115,11 @@ def download(folder: JobFolder, dest: str | os.PathLike[str], started: float, li
                 continue
         _fetch(folder, rel, entry, target)
         arrival.written.append(rel)
+    for rel in workfiles.decode_deleted(raw) if raw is not None else []:
+        target = dest / rel
+        if target.is_file() and target.stat().st_mtime <= started:  # as the cell found it: it goes, as there
+            target.unlink()
+            arrival.removed.append(rel)
     return arrival
 
 

@@ -180,6 +180,7 @@ class JobSpec:
     deleted: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     workdir_tail: list[str] = field(default_factory=list)  # the cell's working folder's own and parents' names
+    folders: list[str] = field(default_factory=list)  # the working folder's subfolders, made before the cell
     owner: str = ""
     created: float = field(default_factory=time.time)
     client_version: str = ""

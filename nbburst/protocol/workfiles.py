@@ -4,7 +4,8 @@ A plain cell that writes ``model.h5`` or ``results/`` leaves them next to the
 notebook; on a burst machine they would die with it. So the agent keeps the
 files the cell created or changed in the job's folder in the Store::
 
-    files/manifest.json      the list: path -> size, sha256, mtime (a sealed record, written last)
+    files/manifest.json      the list: path -> size, sha256, mtime (a sealed record, written last),
+                             and the files sent with the cell that the cell deleted
     files/tree/<path>        each file, sealed and streamed (its version: the attempt that wrote it)
 
 The manifest is written after every file it names, so a reader that finds it
@@ -16,11 +17,14 @@ the machine where the cell looks for it, relative to its working folder, ``../da
 teaching material lays out notebooks/ beside data/. For those the cell's working folder sits as
 many folders deep in the job's folder as the highest such path climbs, under the names the
 notebook's own folders have (:func:`workdir_tail`), so ``..`` stays inside the job's folder.
+The working folder's subfolders are made there too, empty (:func:`subfolders`): ``to_csv("out/a.csv")``
+needs ``out/`` as much as ``read_csv("data/a.csv")`` needs the file.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -33,6 +37,10 @@ MANIFEST = "files/manifest.json"
 #: How many folders above the notebook's a file the cell reads may be and still land at its place.
 UP_LIMIT = 3
 TREE = "files/tree/"
+#: How many of the working folder's subfolders are made on the machine, the shallowest first.
+FOLDER_LIMIT = 1000
+#: Subfolders that are no place for a cell's results: version control, environments, caches.
+_NOT_RESULTS = frozenset({"__pycache__", "node_modules", "site-packages", "venv", "env"})
 
 
 def manifest_key(layout: JobLayout) -> str:
@@ -73,6 +81,30 @@ def check_tail(tail: list[str]) -> list[str]:
     return tail
 
 
+def subfolders(cwd: Path, limit: int = FOLDER_LIMIT) -> list[str]:
+    """The folders under ``cwd`` (relative, with ``/``), breadth first, at most ``limit``: not hidden ones
+    (``.git``, ``.ipynb_checkpoints``), nor environments and caches (a folder with ``pyvenv.cfg``,
+    ``__pycache__``, ``node_modules``), nor what lies below them; links are not followed."""
+    found: list[str] = []
+    pending = [""]
+    while pending and len(found) < limit:
+        rel = pending.pop(0)
+        try:
+            with os.scandir(cwd / rel if rel else cwd) as entries:
+                names = sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith(".") or name in _NOT_RESULTS or "\\" in name:
+                continue
+            sub = f"{rel}/{name}" if rel else name
+            if (cwd / sub / "pyvenv.cfg").exists():
+                continue
+            found.append(sub)
+            pending.append(sub)
+    return found[:limit]
+
+
 @dataclass
 class Entry:
     """One file the cell wrote."""
@@ -82,9 +114,10 @@ class Entry:
     mtime: float
 
 
-def encode(entries: dict[str, Entry], attempt: int) -> bytes:
+def encode(entries: dict[str, Entry], attempt: int, deleted: list[str] | None = None) -> bytes:
     files = {rel: vars(e) for rel, e in sorted(entries.items())}
-    return json.dumps({"attempt": attempt, "files": files, "total": sum(e.size for e in entries.values())}).encode()
+    total = sum(e.size for e in entries.values())
+    return json.dumps({"attempt": attempt, "files": files, "total": total, "deleted": sorted(deleted or [])}).encode()
 
 
 def decode(raw: bytes) -> dict[str, Entry]:
@@ -92,3 +125,8 @@ def decode(raw: bytes) -> dict[str, Entry]:
     return {
         check_rel(rel): Entry(int(e["size"]), str(e["sha256"]), float(e["mtime"])) for rel, e in data["files"].items()
     }
+
+
+def decode_deleted(raw: bytes) -> list[str]:
+    """The files sent with the cell that the cell deleted (a manifest written before there were none: [])."""
+    return [check_rel(rel) for rel in json.loads(raw).get("deleted", [])]

@@ -5,8 +5,10 @@ of the working folder (size and modification time) in a file beside it, kept
 across restarts of the same disk. When the attempt ends with the cell's own
 verdict (a result, an exception, the time limit, the budget), :func:`keep`
 uploads each file that is not in the baseline or changed since, then the
-manifest (:mod:`nbburst.protocol.workfiles`). Files given with ``--files``
-count as changed only when their content differs from what was sent.
+manifest (:mod:`nbburst.protocol.workfiles`). Files given with ``--files`` (and
+those the cell names, sent the same way) count as changed only when their
+content differs from what was sent; one the cell deleted (``!rm data.csv``) is
+named in the manifest, so that the kernel's copy goes too.
 nbburst's own folders (checkpoints, IPython's profile) and caches stay out.
 """
 
@@ -79,7 +81,8 @@ def _sent(store: Store, folder: JobFolder, spec: JobSpec) -> dict[str, str]:
 
 
 def keep(folder: JobFolder, spec: JobSpec, workdir: Path, attempt: int) -> int:
-    """Upload the files the cell created or changed, then their manifest; returns how many."""
+    """Upload the files the cell created or changed, then their manifest (with the files sent that the cell
+    deleted); returns how many were uploaded."""
     try:
         before = {rel: tuple(v) for rel, v in json.loads(_baseline_path(workdir, spec).read_text()).items()}
     except FileNotFoundError:
@@ -90,14 +93,19 @@ def keep(folder: JobFolder, spec: JobSpec, workdir: Path, attempt: int) -> int:
         if before.get(rel) == (st.st_size, st.st_mtime_ns):
             continue
         path = workdir / rel
-        if rel in sent and payload.digest_bytes(path.read_bytes()) == sent[rel]:
+        if (rel in sent and payload.digest_bytes(path.read_bytes()) == sent[rel]) or not _inside(rel):
             continue  # an input sent with --files, as it was
-        try:
-            workfiles.check_rel(rel)
-        except ValueError:
-            continue
         folder.put_file(workfiles.file_key(folder.layout, rel), path, attempt)
         entries[rel] = workfiles.Entry(st.st_size, _sha256(path), st.st_mtime)
-    if entries:
-        folder.put_record(workfiles.manifest_key(folder.layout), workfiles.encode(entries, attempt))
+    deleted = [rel for rel in sent if _inside(rel) and not os.path.lexists(workdir / rel)]
+    if entries or deleted:
+        folder.put_record(workfiles.manifest_key(folder.layout), workfiles.encode(entries, attempt, deleted))
     return len(entries)
+
+
+def _inside(rel: str) -> bool:
+    try:
+        workfiles.check_rel(rel)
+    except ValueError:
+        return False
+    return True

@@ -43,6 +43,9 @@ def cell_filename(job_id: str) -> str:
 
 
 def materialise_files(store: Store, layout: JobLayout, spec: JobSpec) -> None:
+    """The kernel's working folder as the cell finds it: its subfolders (empty), the files sent with the cell."""
+    for rel in spec.folders:
+        os.makedirs(workfiles.check_rel(rel), exist_ok=True)
     if not spec.files:
         return
     raw = store.get(layout.files)

@@ -1,0 +1,83 @@
+"""Files of the kernel's working folder under %%burst (docs/fidelity.md, causes 7 and 9): what %%writefile
+finds there (Overwriting, -a), files a shell glob matches, files a cell deletes, and the folder's subfolders.
+The cells run all plainly in one kernel, then all under %%burst in another, each in a folder made alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support.apart import run_apart
+from support.pairs import assert_same
+
+from nbburst.protocol import workfiles
+
+CELLS = [
+    "%%writefile first.py\ndef first(l):\n    return l[0]",
+    "%%writefile -a first.py\n\n\n# This is appended to the file.\ndef test_first():\n    assert first([1, 2, 3]) == 1",
+    "%cat first.py",
+    "%%writefile first.py\ndef first(l):\n    return l[0] if l else None",
+    "!cat first.py",
+    "!ls scripts/hello-world*.py",
+    "%ls scripts/*.py",
+    "!wc -c examples/*.csv",
+    "!rm examples/frame_pickle",
+    "import os\nos.remove('examples/ex2.csv')",
+    "import pandas as pd\npd.DataFrame({'a': [1, 2]}).to_csv('out/tables/a.csv')",
+    "!cat out/tables/a.csv",
+]
+#: After them, in the kernel: what its folder holds.
+LOOK = (
+    "import os\nfor top, dirs, names in sorted(os.walk('.')):\n"
+    "    if '.ipynb_checkpoints' not in top:\n        print(top, sorted(dirs), sorted(names))",
+    "print(open('first.py').read())",
+)
+
+
+def _folder(root: Path) -> None:
+    (root / "scripts").mkdir()
+    (root / "scripts" / "hello-world.py").write_text("print('Hello world!')\n")
+    (root / "scripts" / "hello-world-in-swedish.py").write_text("print('Hej världen!')\n")
+    (root / "scripts" / "other.txt").write_text("not matched\n")
+    (root / "examples").mkdir()
+    (root / "examples" / "frame_pickle").write_bytes(b"\x80\x04N.")
+    (root / "examples" / "ex1.csv").write_text("a,b\n1,2\n")
+    (root / "examples" / "ex2.csv").write_text("a,b\n3,4\n")
+    (root / "out" / "tables").mkdir(parents=True)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("session", [False, True], ids=["own-machine", "session"])
+def test_the_kernels_files_as_the_cell_finds_and_leaves_them(burst_env, tmp_path, session):
+    pairs = run_apart(CELLS, tmp_path, LOOK, session, setup=_folder)
+    assert_same(pairs, [*CELLS, *LOOK])
+    plain = [seen["outputs"] for seen, _ in pairs]
+    assert plain[0] == [("stream", "stdout", "Writing first.py\n")]
+    assert plain[1] == [("stream", "stdout", "Appending to first.py\n")]
+    assert plain[3] == [("stream", "stdout", "Overwriting first.py\n")]
+    assert "hello-world-in-swedish.py" in plain[5][0][2] and "other.txt" not in plain[5][0][2]
+    assert "frame_pickle" not in plain[len(CELLS)][0][2] and "ex2.csv" not in plain[len(CELLS)][0][2]
+    assert (tmp_path / "burst" / "out" / "tables" / "a.csv").read_text() == ",a\n0,1\n1,2\n"
+
+
+def test_the_subfolders_made_on_the_machine_are_bounded(tmp_path):
+    for rel in ("data/raw", "data/clean", ".git/objects", "venv2/lib", "nodes/node_modules/x", "a/__pycache__"):
+        (tmp_path / rel).mkdir(parents=True)
+    (tmp_path / "venv2" / "pyvenv.cfg").write_text("home = /usr\n")
+    (tmp_path / "data" / "file.csv").write_text("x\n")
+    assert workfiles.subfolders(tmp_path) == ["a", "data", "nodes", "data/clean", "data/raw"]
+    for i in range(30):
+        (tmp_path / "many" / f"d{i:02}").mkdir(parents=True)
+    bounded = workfiles.subfolders(tmp_path, limit=10)
+    assert bounded == [
+        "a",
+        "data",
+        "many",
+        "nodes",
+        "data/clean",
+        "data/raw",
+        "many/d00",
+        "many/d01",
+        "many/d02",
+        "many/d03",
+    ]
