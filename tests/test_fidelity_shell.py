@@ -32,7 +32,8 @@ KERNEL_MAGICS = [
     "print(z == os.getpid(), int(captured.stdout) == os.getpid())",
     "%%html\n<b>bold</b>",
     "%%javascript\nconsole.log(1)",
-    "%%writefile written.txt\nhello",
+    # %%writefile finds what the plain cell before it wrote, as a second run in the kernel does (Overwriting):
+    # tests/test_fidelity_files.py runs it apart
     "from IPython.display import display, clear_output\nh = display('a', display_id=True)\nh.update('b')\n"
     "print('gone'); clear_output(wait=True); print('kept')",
     "import ipywidgets\nout = ipywidgets.Output()\ndisplay(out)\nwith out:\n    print('inside')",

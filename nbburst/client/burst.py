@@ -209,6 +209,7 @@ class Burst:
             deleted=deletes,
             files=sorted(files),
             workdir_tail=workfiles.workdir_tail(Path.cwd(), files),
+            folders=workfiles.subfolders(Path.cwd()),
             owner=config.owner(self.settings),
             client_version=__version__,
             python=manifest()["python"],
