@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from support import wait_until
 
 from nbburst.client import keep
-from nbburst.client.burst import Burst
+from nbburst.client.burst import Burst, submit
 from nbburst.client.capture import capture
 from nbburst.errors import UsageError
 from nbburst.machines.base import GONE
@@ -24,18 +26,24 @@ from nbburst.ui.viewmodel import ViewModel
 PARENT = "import os, psutil\nparent = psutil.Process(os.getppid()).ppid()\n"
 
 
+def ending_sessions(b: Burst) -> Iterator[Burst]:
+    """``b``, whose sessions (kept machines included) are stopped at the test's end."""
+    try:
+        yield b
+    finally:
+        for session in b.sessions.all():
+            b.sessions.stop(session.name)
+
+
 @pytest.fixture
 def burst(burst_env):
-    b = Burst()
-    yield b
-    for session in b.sessions.all():
-        b.sessions.stop(session.name)
+    yield from ending_sessions(Burst())
 
 
 def run(b: Burst, code: str, ns: dict[str, Any], **options: Any) -> Any:
+    """``code`` as a %%burst cell with ``options``, succeeded, its variables merged into ``ns``."""
     job = b.submit_cell(code, capture(code, ns, None), b.options(**options))
-    job.wait(timeout=120)
-    assert job.state == State.SUCCEEDED, job.logs()
+    assert job.wait(timeout=120) == State.SUCCEEDED, job.logs()
     job.outcome(ns).merge_into(ns)
     return job
 
@@ -58,10 +66,6 @@ def test_bad_keep_values_are_refused_before_anything_starts(given, message):
 def test_the_magic_and_submit_take_keep_from_the_one_declaration(burst_env):
     args = BurstMagics.burst.parser.parse_args(["--keep", "10m"])
     assert args.keep == "10m" and Options.build(keep=args.keep).keep_s == 600.0
-    import inspect
-
-    from nbburst.client.burst import submit
-
     assert "keep" in inspect.signature(submit).parameters
 
 
@@ -113,10 +117,7 @@ def test_the_cli_lists_a_kept_machine_with_its_price_and_when_it_goes(burst, cap
 @pytest.fixture
 def gce_burst(gce_env, monkeypatch):
     monkeypatch.setenv("NBBURST_WATCHER", "0")
-    b = Burst()
-    yield b
-    for session in b.sessions.all():
-        b.sessions.stop(session.name)
+    yield from ending_sessions(Burst())
 
 
 def _inserts(emu) -> list[dict]:
