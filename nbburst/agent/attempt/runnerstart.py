@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ...protocol.folder import JobFolder
 from ...protocol.job import ENV_ATTEMPT, JobLayout, JobSpec
-from ...store import open_store
+from ...store import Store, open_store
 from .channel import Channel, flush_all
 from .spawn import EXIT_ORPHANED, pin_cpus
 from .verdict import HANDED, Handoff
@@ -53,10 +53,14 @@ class RunnerJob:
         os.environ["NBBURST_CHECKPOINT_DIR"] = self.checkpoints
         os.environ.setdefault("IPYTHONDIR", os.path.join(self.workdir, ".ipython"))
 
+    def store(self) -> Store:
+        """The Store the runner reads its job from (a session's pushed cell: with the objects it came with)."""
+        return open_store(self.store_url)
+
     def run(self, channel: Channel, control_fd: int | None, prepared: Prepared | None = None) -> int:
         from .runner import run
 
-        store = open_store(self.store_url)
+        store = self.store()
         spec = JobSpec.from_json(self.spec_json)
         layout, key = JobLayout(spec.job_id), bytes.fromhex(self.key_hex)
         handoff = Handoff(self.handoff_dir, JobFolder(store, layout, key), self.attempt)
