@@ -120,7 +120,8 @@ class Burst:
         modules the job imports (the notebook's own travel with it as files, :mod:`nbburst.protocol.sources`)."""
         session = keep.session_for(self, options)  # a warm session's or a kept machine, up, if any
         machines = self.machines(options.backend)
-        plan = machines.plan(options.resources)  # refuses what the backend cannot do, before anything else
+        # refuses what the backend cannot do, before anything else; a session's cell runs on the machine it has
+        plan = machines.plan(options.resources) if session is None else session.plan()
         if session is None:  # a session's machine installs nothing per cell: its environment came with its start
             machines.check_environment(code, modules.values())  # and a package the cell needs that it cannot install
         pricing.price_plan(plan, options.backend, self.settings)
@@ -143,17 +144,18 @@ class Burst:
         job_id = new_job_id()
         layout = JobLayout(job_id)
         key = self.keyring.create(job_id, store.url)
+        written = store if session is None else session.cell_store(store, layout)  # it may travel with the cell
         try:
             if source is not None:  # its checkpoints, verified and sealed again for this job (before its spec)
-                resume.carry_over(source.folder, JobFolder(store, layout, key), source.label)
+                resume.carry_over(source.folder, JobFolder(written, layout, key), source.label)
             spec = self._write_job(
-                store, layout, key, kind, code, encoded, inputs, files, options, outputs, deletes, plan.to_dict()
+                written, layout, key, kind, code, encoded, inputs, files, options, outputs, deletes, plan.to_dict()
             )
         except BaseException:
             store.delete_prefix(layout.prefix)  # no half-written job
             self.keyring.delete(job_id)
             raise
-        job = self.handle(store, job_id, spec)
+        job = self.handle(written, job_id, spec)
         job.inner = inner
         job.session = session
         job.cell_imports = imported_by(code) if kind == "cell" and session is not None else []

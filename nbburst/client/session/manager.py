@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import config
 from ...errors import UsageError
-from ...machines.base import GONE, SessionLaunch, machine_name
+from ...machines.base import GONE, Plan, SessionLaunch, machine_name
 from ...options import Options
 from ...protocol import pricing
 from ...protocol.durations import parse_duration
@@ -156,6 +156,11 @@ class Session:
     def launch(self, job: Job, attempt: int) -> None:
         """Hand the claimed ``attempt`` of ``job`` to the warm parent; ``job.wait`` then follows it."""
         self.sessions.transport(self.record.backend).launch(self, job, attempt)
+
+    def plan(self) -> Plan:
+        """The plan of a cell on the session: its machine's, which is there already (nothing is chosen again, and
+        no quota or image is looked up for the cell)."""
+        return Plan(**self.record.plan)
 
     def cell_store(self, store: Store, layout: JobLayout) -> Store:
         """Where a cell's job is written and read: ``store``, or the objects that travel with the cell over the
