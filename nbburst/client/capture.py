@@ -43,6 +43,8 @@ from .cellcode import check_syntax, dynamic, embedded, extensions_named, magics_
 # still hold IPython's own object: a user's ``display = ConfusionMatrixDisplay(...)`` travels.
 _HISTORY = re.compile(r"^(_|__|___|_i|_ii|_iii|_i\d+|_\d+|_ih|_oh|_dh)$")
 _HISTORY_LISTS = frozenset({"In", "Out"})
+#: What a SQLAlchemy URL of a SQLite database file has before the file's path.
+_SQLITE_URL = re.compile(r"^sqlite(\+\w+)?:///(?=[^/])")
 #: A file the cell names is placed on the machine up to this size; a bigger one needs ``--files``.
 NAMED_FILE_LIMIT = 1 << 30
 #: A shell line's glob stages at most this many of the files it matches.
@@ -416,6 +418,7 @@ def _files_named(tree: ast.AST, values: Any) -> list[str]:
     words = shell_words(tree)
     globbed = [match for word in words if glob.has_magic(word) for match in sorted(glob.glob(word))[:GLOB_LIMIT]]
     for text in [*_strings(tree, values), *words, *globbed, *sorted(written_files(tree))]:
+        text = _SQLITE_URL.sub("", text)  # a database URL names its file: sqlite:///mydata.sqlite
         if not text.strip() or len(text) > 1024 or "\n" in text or text.startswith("~"):
             continue
         path = Path(text)

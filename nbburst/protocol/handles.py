@@ -12,7 +12,8 @@ and its state, and is reopened where it lands on that side's copy of the file:
 * a ``csv.reader`` over the reopened file, its dialect and ``line_num`` kept; pandas' reader of a file in
   chunks (``read_csv(..., chunksize=N)``) with the rows it has read;
 * a ``sqlite3`` connection on the database file as committed (a transaction not yet committed cannot
-  move: it is said so), a cursor as one of that connection with the same columns, its rows read.
+  move: it is said so), a cursor as one of that connection with the same columns, its rows read; a
+  SQLAlchemy engine as one on the same URL (a SQLite file's being the working folder's).
 
 What cannot be reopened elsewhere (an in-memory database, a file outside the working folder, a pipe or a
 socket) stays where it is, and the reason says which and why. Updated in place, a file object keeps its
@@ -47,7 +48,13 @@ class Unmovable(TypeError):
 
 def held(obj: Any) -> bool:
     """Whether ``obj`` is a handle this module moves (or says why it cannot)."""
-    return isinstance(obj, (*_FILES, _READER, sqlite3.Connection, sqlite3.Cursor)) or _frame_reader(obj)
+    return isinstance(obj, (*_FILES, _READER, sqlite3.Connection, sqlite3.Cursor)) or _frame_reader(obj) or _engine(obj)
+
+
+def _engine(obj: Any) -> bool:
+    """A SQLAlchemy Engine (``create_engine("sqlite:///mydata.sqlite")``), told without importing SQLAlchemy."""
+    kind = type(obj)
+    return kind.__name__ == "Engine" and kind.__module__.startswith("sqlalchemy.")
 
 
 def _frame_reader(obj: Any) -> bool:
@@ -67,9 +74,13 @@ def reduce(obj: Any) -> Reduced:
         handle = obj.handles.handle if obj.handles is not None else None
         if handle is None:
             raise Unmovable("it reads from no file")
-        name = _name(handle)
+        rel = _relative(_name(handle))
         options = {"engine": obj.engine, **obj.orig_options}
-        return _text_file_reader, (name, options, obj._currow, handle.closed, _stamp(_relative(name)))
+        return _text_file_reader, (rel, options, obj._currow, handle.closed, _stamp(rel))
+    if _engine(obj):
+        url = obj.url.render_as_string(hide_password=False)
+        database = _engine_database(obj)
+        return _sqlalchemy_engine, (url, obj.echo, _stamp(database) if database else None)
     if isinstance(obj, sqlite3.Connection):
         database = _database(obj)
         return _connection, (database, obj.isolation_level, _stamp(database))
@@ -87,6 +98,8 @@ def files_of(obj: Any) -> list[str]:
             return files_of(obj.connection)
         if isinstance(obj, sqlite3.Connection):
             return [_database(obj)]
+        if _engine(obj):
+            return [database] if (database := _engine_database(obj)) else []
         if _frame_reader(obj) and obj.handles is not None and not obj.handles.handle.closed:
             return [_relative(_name(obj.handles.handle))]
     except (Unmovable, sqlite3.Error):
@@ -144,7 +157,8 @@ def _reduce_file(f: Any) -> Reduced:
     rel = _relative(name)
     if f.writable():
         f.flush()  # what the cell wrote is in the file, which travels with it
-    return _file, (name, kind, mode, _position(f), False, text, _stamp(rel))
+    # an absolute name is the kernel's path: the other side's own copy is at the same place in its folder
+    return _file, (rel if os.path.isabs(name) else name, kind, mode, _position(f), False, text, _stamp(rel))
 
 
 def _position(f: Any) -> int:
@@ -277,6 +291,23 @@ def _database(connection: sqlite3.Connection) -> str:
     if connection.in_transaction:
         raise Unmovable("it has a transaction not yet committed: commit() it (or roll it back) in the cell")
     return _relative(path)
+
+
+def _engine_database(engine: Any) -> str | None:
+    """The database file of a SQLAlchemy engine on SQLite, relative to the working folder; None for an engine on a
+    server (it connects again from where it lands) or an in-memory database (a new one there: nothing is lost
+    that another connection could see)."""
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    return _relative(url.database)
+
+
+def _sqlalchemy_engine(url: str, echo: Any, stamp: Any = None) -> Any:
+    """An engine on the same database: an engine is a factory of connections, which are made again as needed."""
+    import sqlalchemy
+
+    return sqlalchemy.create_engine(url, echo=echo)
 
 
 def _connection(database: str, isolation_level: str | None, stamp: Any = None) -> sqlite3.Connection:
