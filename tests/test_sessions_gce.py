@@ -17,12 +17,14 @@ from support import held_cell, wait_until
 from nbburst.agent.session.relay import IDLE_POLL_SECONDS, POLL_SECONDS, STORE_BUSY_SECONDS, Relay
 from nbburst.client.burst import Burst
 from nbburst.client.capture import capture
+from nbburst.client.job import Job
+from nbburst.client.session.mailbox import PushedNews
 from nbburst.errors import UsageError
 from nbburst.machines.base import machine_name
-from nbburst.protocol import sessionpush, sessionwire
+from nbburst.protocol import overlay, sessionpush, sessionwire
 from nbburst.protocol.job import State, blob_key
 from nbburst.protocol.sealed import Refused
-from nbburst.store import open_store
+from nbburst.store import AlreadyExists, NotFound, Store, open_store
 from nbburst.ui import cli
 
 #: The cell's warm parent: the parent of its controller (the runner's parent).
@@ -164,8 +166,11 @@ def test_a_cell_in_flight_on_a_preempted_session_vm_recovers_on_a_vm_of_its_own(
     code = held_cell(started, "v = 5")
     job = burst.submit_cell(code, capture(code, ns, None), burst.options(max_restarts=2))
     wait_until(started.exists, timeout=120, what="the cell runs on the session's VM")
+    assert isinstance(job.wake, PushedNews), "the cell went down the push channel with its job's objects"
     compute_emulator.preempt(session.machine)
     assert job.wait(timeout=240) == State.SUCCEEDED, job.logs()
+    store = burst.store_for("gce")
+    assert store.exists(job.layout.spec) and store.exists(job.layout.status(1)), "attempt 1 is in the record"
     job.outcome(ns).merge_into(ns)
     assert ns["v"] == 5 and job.attempt == 2
     machines = [s.machine for s in job.statuses()]
@@ -282,3 +287,81 @@ def test_the_relay_lists_slowly_once_cells_come_by_push_and_at_once_again_when_o
     assert 60 / IDLE_POLL_SECONDS <= 3, "an idle session pushing its cells: a few Store operations a minute"
     relay.stored_at = time.monotonic()
     assert relay.poll_seconds() == POLL_SECONDS
+
+
+#: The Store's operations, and those of them that read it.
+STORE_OPERATIONS = ("get", "get_buffer", "get_file", "exists", "size", "updated", "list", "age", "now")
+STORE_OPERATIONS += ("put", "create", "put_chunks", "put_addressed", "put_file", "delete", "delete_prefix")
+
+
+def count_operations(store: Store, monkeypatch) -> list[tuple[str, str]]:
+    """Every operation on ``store`` from now on, as (operation, key)."""
+    done: list[tuple[str, str]] = []
+    for name in STORE_OPERATIONS:
+        real = getattr(store, name)
+
+        def counted(*args: Any, _name: str = name, _real: Any = real, **kwargs: Any) -> Any:
+            done.append((_name, str(args[0]) if args else ""))
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(store, name, counted)
+    return done
+
+
+@pytest.mark.compute_emulator(operation_delay=0.02)
+def test_a_pushed_cell_waits_on_no_store_operation_and_its_record_is_written_behind_it(
+    burst, compute_emulator, monkeypatch
+):
+    session = burst.sessions.start(cores=2, idle="5m", timeout="10m", preload=[])
+    assert session.record.push, "the channel is up"
+    store = burst.store_for("gce")
+    operations = count_operations(store, monkeypatch)
+    for n in range(2):  # the first cell, and one whose unchanged inputs the session's cells have stored already
+        operations.clear()
+        ns: dict[str, Any] = {"n": n}
+        job = burst.submit_cell("x = n + 1", capture("x = n + 1", ns, None), burst.options())
+        assert job.wait(timeout=120) == State.SUCCEEDED, job.logs()
+        job.outcome(ns).merge_into(ns)
+        assert ns["x"] == n + 1
+        assert operations == [], "from the submission to the cell's values, the notebook waited on no Store operation"
+        assert isinstance(job.wake, PushedNews)
+        assert job.wake.over.wait(60), "the VM said the job's record is in the Store"
+        assert operations == [], "the VM wrote the record: the notebook wrote nothing"
+        record = Job(burst, job.id, store)  # the job as any reader finds it: from the Store alone
+        assert record.state == State.SUCCEEDED and record.attempt == 1
+        assert record.outcome({"n": n}).values["x"] == n + 1
+    assert "handed over from the push channel" in burst.machines("gce").console(session.machine)
+
+
+def test_an_overlay_holds_a_cells_objects_and_writes_them_in_order(tmp_path):
+    backing = open_store(str(tmp_path / "store"))
+    held = overlay.Overlay(backing, "jobs/a/", overlay.HOLD, shared=["jobs/a/cancel.json"])
+    held.put("jobs/a/spec.json", b"spec")
+    held.create("jobs/a/status/0001.json", b"claim")
+    with pytest.raises(AlreadyExists):
+        held.create("jobs/a/status/0001.json", b"again")
+    assert held.get("jobs/a/spec.json") == b"spec" and not backing.list("jobs/")
+    assert held.list("jobs/a/") == ["jobs/a/spec.json", "jobs/a/status/0001.json"]
+    with pytest.raises(NotFound):  # the job's folder is the two sides': nothing else is looked for
+        held.get("jobs/a/terminal.json")
+    held.create("jobs/a/cancel.json", b"cancel")  # anyone's to write: straight to the Store
+    assert backing.get("jobs/a/cancel.json") == b"cancel"
+
+    queued = overlay.Overlay(backing, "jobs/a/", overlay.QUEUE, ops=held.held)  # the VM, given the cell's objects
+    sent: list[overlay.Op] = []
+    queued.on_write = sent.append
+    queued.put("jobs/a/result.pkl", b"result")
+    queued.flush()
+    assert backing.get("jobs/a/spec.json") == b"spec" and backing.get("jobs/a/result.pkl") == b"result"
+    assert sent == [("put", "jobs/a/result.pkl", b"result")]
+    for op in sent:
+        held.receive(op)
+    assert held.get("jobs/a/result.pkl") == b"result"
+
+    backing.put("jobs/a/status/0001.json", b"the VM's newer status")
+    lost = overlay.Overlay(backing, "jobs/b/", overlay.HOLD)  # a cell whose VM went before it wrote the record
+    lost.put("jobs/b/spec.json", b"spec b")
+    lost.receive(("put", "jobs/b/status/0001.json", b"running"))
+    lost.release()
+    assert backing.get("jobs/b/spec.json") == b"spec b" and backing.get("jobs/b/status/0001.json") == b"running"
+    assert not lost.local and lost.mode == overlay.THROUGH

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import base64
 import datetime
+import functools
 import json
 import os
 import socket
 import ssl
 import tempfile
+from collections.abc import Sequence
 from typing import Any
 
 from cryptography import x509
@@ -29,7 +31,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from . import sealed, sessionwire
+from . import overlay, sealed, sessionwire
 
 #: How long one side waits for the other's handshake or line before it gives the connection up.
 HANDSHAKE_SECONDS = 10.0
@@ -82,6 +84,12 @@ def context(own: dict[str, str], peer_cert: str, server: bool) -> ssl.SSLContext
     return ctx
 
 
+@functools.lru_cache(maxsize=8)
+def _client_context(key: str, cert: str, peer_cert: str) -> ssl.SSLContext:
+    """The client's context for one boot's channel, made once: each cell connects anew."""
+    return context({"key": key, "cert": cert}, peer_cert, server=False)
+
+
 def seal_client(secret: bytes, session_id: str, cert: str) -> bytes:
     """The client's certificate as it waits in the Store, sealed under the session's secret."""
     body = json.dumps({"cert": cert}).encode()
@@ -98,22 +106,44 @@ def connect(push: dict[str, Any], own: dict[str, str], timeout: float) -> ssl.SS
     within ``timeout`` or the other end is not that relay."""
     raw = socket.create_connection((push["host"], int(push["port"])), timeout=timeout)
     try:
-        conn = context(own, push["cert"], server=False).wrap_socket(raw)
+        conn = _client_context(own["key"], own["cert"], push["cert"]).wrap_socket(raw)
     except (OSError, ValueError):
         raw.close()
         raise
     return conn
 
 
-def request_line(place: str, raw: bytes) -> bytes:
-    """A sealed request (its Store key and bytes) as one line on the channel."""
-    return json.dumps({"place": place, "raw": base64.b64encode(raw).decode()}).encode() + b"\n"
+def request_line(place: str, raw: bytes, ops: Sequence[overlay.Op] = ()) -> bytes:
+    """A sealed request (its Store key and bytes) as one line on the channel, with the job's objects the client
+    wrote for it (``ops``: each signed or sealed by the job's key, checked as the Store's would be)."""
+    fields = {"place": place, "raw": base64.b64encode(raw).decode(), "ops": overlay.encode_ops(ops)}
+    return json.dumps(fields).encode() + b"\n"
 
 
-def read_request(line: bytes) -> tuple[str, bytes]:
-    """A request line's place and sealed bytes (ValueError, KeyError when it is not one)."""
+def read_request(line: bytes) -> tuple[str, bytes, list[Any]]:
+    """A request line's place, sealed bytes and objects as :func:`nbburst.protocol.overlay.encode_ops` made
+    them (ValueError, KeyError when it is not one): the cell's controller decodes and checks them."""
     fields = json.loads(line)
-    return str(fields["place"]), base64.b64decode(fields["raw"])
+    ops = fields.get("ops") or []
+    if not isinstance(ops, list):
+        raise ValueError("a request's objects are a list")
+    return str(fields["place"]), base64.b64decode(fields["raw"]), ops
+
+
+#: A cell's news up the channel, a line each: output shipped, the cell's end (its objects came before it), its
+#: record written to the Store, and the objects its controller wrote (``OBJECTS`` and a JSON list).
+OUTPUT, DONE, STORED, OBJECTS = b"L", b"D", b"S", b"O"
+
+
+def news_line(kind: bytes, ops: Sequence[overlay.Op] = ()) -> bytes:
+    """One line of a cell's news."""
+    return kind + (b" " + json.dumps(overlay.encode_ops(ops)).encode() if ops else b"") + b"\n"
+
+
+def read_news(line: bytes) -> tuple[bytes, list[overlay.Op]]:
+    """A news line's kind and objects (ValueError when it is not news)."""
+    kind, _, rest = line.rstrip(b"\n").partition(b" ")
+    return kind, overlay.decode_ops(json.loads(rest)) if rest else []
 
 
 def read_line(conn: ssl.SSLSocket, limit: int = 1 << 20) -> bytes:

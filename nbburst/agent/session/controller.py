@@ -8,17 +8,20 @@ a session's start, and cells wait for it in the socket's backlog meanwhile.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import socket
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from ...protocol import signing
+from ...protocol import overlay, sessionpush, signing
 from ...protocol.cause import cause_of, console_line
-from ...protocol.job import ENV_ATTEMPT, ENV_JOB_KEY, JobLayout, State, split_job_url
-from ...store import NotFound, open_store
+from ...protocol.job import ENV_ATTEMPT, ENV_JOB_KEY, JobLayout, JobSpec, State, split_job_url
+from ...store import NotFound, Store, open_store
 from ..attempt import preemption, spawn
 from ..attempt.controller import Agent, Identity, load_spec
 from ..attempt.runnerstart import Pipes, RunnerJob, serve
@@ -26,6 +29,8 @@ from ..attempt.shipper import Shipper
 
 #: How long a session's cell runs before its status says so (the heartbeat, the verdict say it anyway).
 RUNNING_NOTE_SECONDS = 0.2
+#: How long a line of news may take to reach the relay before the client is taken for gone.
+NEWS_SECONDS = 30.0
 
 
 class _WakingShipper(Shipper):
@@ -38,6 +43,46 @@ class _WakingShipper(Shipper):
         super().flush(strict)
         if self.seq != before and self.wake is not None:
             self.wake(b"L")
+
+
+@dataclass
+class PushedRunnerJob(RunnerJob):
+    """A runner's job whose objects came down the session's push channel (``objects``: the file the relay wrote
+    them to; "" for a cell that came through the Store): the runner reads its inputs and code from them."""
+
+    objects: str = ""
+
+    def store(self) -> Store:
+        store = super().store()
+        if not self.objects:
+            return store
+        owned = JobLayout(JobSpec.from_json(self.spec_json).job_id).prefix
+        return overlay.Overlay(store, owned, overlay.THROUGH, read_ops(self.objects))
+
+
+def read_ops(path: str) -> list[overlay.Op]:
+    """The objects a cell was pushed with, from the file the relay wrote."""
+    with open(path) as f:
+        return overlay.decode_ops(json.load(f))
+
+
+class News:
+    """The cell's news to the waiting client, a line each (:mod:`nbburst.protocol.sessionpush`): a client that
+    stops reading is told nothing more (the Store has everything)."""
+
+    def __init__(self, conn: socket.socket):
+        self.conn: socket.socket | None = conn
+        self.lock = threading.Lock()
+
+    def send(self, kind: bytes, ops: list[overlay.Op] | None = None) -> None:
+        with self.lock:
+            if self.conn is None:
+                return
+            try:
+                self.conn.settimeout(NEWS_SECONDS)
+                self.conn.sendall(sessionpush.news_line(kind, ops or []))
+            except OSError:
+                self.conn = None
 
 
 class ReadyRunner:
@@ -54,7 +99,7 @@ class ReadyRunner:
             os.close(self.job_w)
             with os.fdopen(job_r, "rb") as f:
                 line = f.readline()  # empty: the controller is gone without a cell
-            return RunnerJob.from_json(line) if line else None
+            return PushedRunnerJob.from_json(line) if line else None
 
         self.pid = spawn.spawn(lambda: serve(self.pipes, next_job, True, prelude), os.environ.get(ENV_ATTEMPT, ""))
         os.close(job_r)
@@ -73,8 +118,12 @@ class SessionAgent(Agent):
     shipper_class = _WakingShipper
     ready: ReadyRunner | None = None
     running_note: threading.Timer | None = None
+    objects = ""  # the file of the objects the cell was pushed with
 
     def start_runner(self, job: RunnerJob) -> tuple[int, tuple[int, int, int]]:
+        job = PushedRunnerJob(**asdict(job), objects=self.objects)
+        if isinstance(self.store, overlay.Overlay):  # the cell's process has started: a cancel is the Store's
+            self.store.shared.add(self.layout.cancel)
         ready, self.ready = self.ready, None
         if ready is None:
             return super().start_runner(job)
@@ -112,39 +161,62 @@ class SessionAgent(Agent):
         What a cell left behind is ended by the warm parent, its subreaper, once no cell runs."""
 
 
-def _notify(conn: socket.socket, what: bytes) -> None:
-    try:
-        conn.send(what, socket.MSG_DONTWAIT)
-    except OSError:
-        pass  # the client is gone or not reading: the Store has everything
-
-
 def control(conn: socket.socket, request: dict[str, Any], ready: ReadyRunner, ended: Callable[[], None]) -> int:
     """In the forked controller: run the attempt as ``python -m nbburst.agent`` would (its runner ``ready``),
-    then say so (to the client, then ``ended()``)."""
+    then say so (to the client, then ``ended()``). A cell pushed with its objects reads them from memory and
+    writes the job's record behind the cell (:mod:`nbburst.protocol.overlay`): its objects go up to the client
+    as they are made, the cell's end as soon as it has one, and the record is in the Store before the warm
+    parent is told the cell ended (it lets the VM go only once no cell runs)."""
     os.environ[ENV_JOB_KEY] = request["key"]
     root, job_id = split_job_url(request["job"])
     ident = Identity()
-    store = open_store(root)
     layout = JobLayout(job_id)
+    news = News(conn)
+    objects = request.get("objects") or ""
+    store: Store = open_store(root)
+    if objects:  # the cancel request alone is read from the Store, once the cell's process has started
+        store = overlay.Overlay(store, layout.prefix, overlay.QUEUE, read_ops(objects))
+        store.on_write = lambda op: news.send(sessionpush.OBJECTS, [op])
     try:
-        spec = load_spec(store, layout, ident.key)
-    except (NotFound, signing.SignatureError) as exc:
-        print(console_line(job_id, ident.attempt, cause_of(exc)), file=sys.stderr, flush=True)
-        _notify(conn, b"D")
-        return 3
-    if not store.exists(layout.terminal):
+        try:
+            spec = load_spec(store, layout, ident.key)
+        except (NotFound, signing.SignatureError) as exc:
+            print(console_line(job_id, ident.attempt, cause_of(exc)), file=sys.stderr, flush=True)
+            news.send(sessionpush.DONE)
+            return 3
+        if store.exists(layout.terminal):
+            news.send(sessionpush.DONE)
+            return 0
         agent = SessionAgent(store, layout, spec, ident)
-        agent.shipper.wake = lambda what: _notify(conn, what)
+        agent.objects = objects
+        agent.shipper.wake = lambda what: news.send(sessionpush.OUTPUT)
         agent.ready = ready
         preemption.install(agent)
         try:
             agent.run()
         except Exception as exc:  # what every attempt would meet (agent/attempt/controller.py's main does the same)
             agent.give_up(cause_of(exc))
-        _notify(conn, b"D")
+        news.send(sessionpush.DONE)
+        _record(store, news)
         ended()
         agent.reap()  # after the client is told: its runner's exit is no cell's time
         return 0
-    _notify(conn, b"D")
-    return 0
+    finally:
+        _record(store, news)
+        if objects:
+            with contextlib.suppress(OSError):
+                os.unlink(objects)
+
+
+def _record(store: Store, news: News) -> None:
+    """Wait until the job's record is in the Store, then tell the client, which holds its copy until then."""
+    if not isinstance(store, overlay.Overlay) or store.mode == overlay.THROUGH:
+        return
+    try:
+        store.flush()
+    except Exception as exc:  # the client writes what it holds when the channel ends without the word
+        print(f"nbburst: the job's record could not be written: {exc}", file=sys.stderr, flush=True)
+        return
+    finally:
+        store.mode = overlay.THROUGH
+    news.send(sessionpush.STORED)

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ...protocol import imports, payload, plaindata, transfer
+from ...protocol import imports, overlay, payload, plaindata, transfer
 from ...protocol.job import ENV_ATTEMPT, JobLayout, attempt_tag, split_job_url
 from ...store import Store, open_store
 from ..attempt import inputs, spawn
@@ -357,11 +357,16 @@ class WarmParent:
     def _prepare(self, request: dict[str, Any]) -> None:
         """After a cell started: import its modules and hold its inputs here, for the cells after it."""
         from ..attempt.controller import load_spec
+        from . import controller
 
         try:
             root, job_id = split_job_url(request["job"])
-            store = self.stores.get(root) or self.stores.setdefault(root, open_store(root))
+            store: Store = self.stores.get(root) or self.stores.setdefault(root, open_store(root))
             layout = JobLayout(job_id)
+            if request.get("objects"):  # pushed with its objects (unless its controller is done with them)
+                with contextlib.suppress(OSError):
+                    ops = controller.read_ops(request["objects"])
+                    store = overlay.Overlay(store, layout.prefix, overlay.THROUGH, ops)
             spec = load_spec(store, layout, bytes.fromhex(request["key"]))
             raw = store.get(layout.inputs)
             if payload.digest_bytes(raw) != spec.digests.get("inputs.json"):

@@ -61,6 +61,8 @@ STORE_BUSY_SECONDS = 120.0
 ASK_SECONDS = 60.0
 #: How long a client on the push channel may take to send its request once connected.
 REQUEST_SECONDS = 600.0
+#: The longest request line a client may push (a cell's request and the job's objects that travel with it).
+REQUEST_BYTES = 64 << 20
 #: The instance attribute with the session's limits.
 METADATA_KEY = "nbburst-session"
 
@@ -74,6 +76,7 @@ class Relay:
 
     def __init__(self, store: Store, session_id: str, secret: bytes, boot: int, folder: str):
         self.store, self.session_id, self.secret, self.boot = store, session_id, secret, boot
+        self.folder = folder
         self.cells, self.control = os.path.join(folder, "cells"), os.path.join(folder, "control")
         self.token = secret.hex()
         self.seen: set[str] = set()
@@ -138,15 +141,20 @@ class Relay:
             with contextlib.suppress(Exception):
                 self.store.delete(place)
 
-    def carry(self, place: str, request: dict[str, Any], way: str) -> socket.socket | dict[str, Any]:
+    def carry(
+        self, place: str, request: dict[str, Any], way: str, ops: list[Any] | None = None
+    ) -> socket.socket | dict[str, Any]:
         """Carry one opened request: a cell's connection to the warm parent (its controller's news comes down it
-        until the attempt ends), or the state published for a state or stop request. Logs, then raises OSError,
-        ValueError or KeyError when it could not be carried."""
+        until the attempt ends), or the state published for a state or stop request. ``ops``: the job's objects
+        pushed with a cell, handed to its controller in a file of this relay's private folder. Logs, then raises
+        OSError, ValueError or KeyError when it could not be carried."""
         kind = request.get("kind")
         try:
             if kind == sessionwire.CELL:
                 cell = {key: request[key] for key in ("job", "key", "attempt")}
                 cell["imports"] = request.get("imports") or []  # the warm parent imports them before it forks
+                if ops:
+                    cell["objects"] = self._keep(place, ops)
                 conn = self._send(self.cells, cell, 10.0)  # the cell's controller reports to the job's folder
                 conn.settimeout(None)
                 _log(f"cell {request['job']} attempt {request['attempt']} handed over from {way}")
@@ -157,6 +165,15 @@ class Relay:
         except (OSError, ValueError, KeyError) as exc:
             _log(f"could not carry {place}: {type(exc).__name__}: {exc}")
             raise
+
+    def _keep(self, place: str, ops: list[Any]) -> str:
+        """Write a pushed cell's objects (as :func:`nbburst.protocol.overlay.encode_ops` made them) where its
+        controller reads them (it removes the file)."""
+        path = os.path.join(self.folder, place.rsplit("/", 1)[-1])
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(ops, f)
+        return path
 
     # -- the push channel ------------------------------------------------------------------------
     def listen(self, client_cert: str, address: str, announced: str) -> None:
@@ -182,12 +199,13 @@ class Relay:
         try:
             with tls.wrap_socket(raw, server_side=True) as conn:
                 conn.settimeout(REQUEST_SECONDS)  # the client connects before it uploads the cell's inputs
-                place, sealed_request = sessionpush.read_request(sessionpush.read_line(conn))
+                line = conn.makefile("rb").readline(REQUEST_BYTES)  # the client sends nothing after it
+                place, sealed_request, ops = sessionpush.read_request(line)
                 request = sessionwire.open_request(self.secret, self.session_id, self.boot, place, sealed_request)
                 if not self.first(place):
                     return  # already carried from the Store: the client waits on the Store for it
                 self.pushed = True
-                carried = self.carry(place, request, "the push channel")
+                carried = self.carry(place, request, "the push channel", ops)
                 if isinstance(carried, dict):
                     conn.sendall(json.dumps(carried).encode() + b"\n")
                     return

@@ -8,10 +8,10 @@ any other, whose ``wait`` reads the job's folder as a plain Compute Engine job's
 poll interval (and a Store write and read) on each cell's start.
 
 When the relay announces a push channel (:mod:`nbburst.protocol.sessionpush`) and the notebook reaches it, the same
-sealed request goes down a mutually authenticated TLS connection instead, and the cell's news and end come back up
-it (``job.wait`` wakes on them as on a local session's socket): no polling on the cell's way. When the channel
-cannot be reached (a firewall, an address the notebook has no route to), the request is written to the Store as
-before; a request carried both ways is carried once (the relay takes each name once).
+sealed request goes down a mutually authenticated TLS connection instead, with the job's objects, and the objects
+the cell's controller writes come back up it (:mod:`nbburst.protocol.overlay`): neither side waits on the Store for
+the cell, whose record the VM writes behind it. When the channel cannot be reached (a firewall, an address the
+notebook has no route to), the job and the request are written to the Store as before.
 """
 
 from __future__ import annotations
@@ -19,17 +19,18 @@ from __future__ import annotations
 import contextlib
 import json
 import ssl
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import UsageError
 from ...machines.base import GONE, RUNNING, STOPPED
-from ...protocol import sessionpush, sessionwire
-from ...protocol.job import JobLayout
+from ...protocol import overlay, sessionpush, sessionwire
+from ...protocol.job import JobLayout, Status
 from ...protocol.sealed import Refused
 from ...store import AlreadyExists, NotFound
-from .socket import Wakeup
+from .socket import WAKE_CEILING_SECONDS
 from .transport import Transport
 
 if TYPE_CHECKING:
@@ -53,6 +54,57 @@ RETRY_SECONDS = 300.0
 
 #: Until when (monotonic) the push channel of each session's boot is not tried again, after it could not be reached.
 _unreachable: dict[tuple[str, int], float] = {}
+#: Blobs each session's cells found in the Store or had written there: a later cell does not ask again.
+_known: dict[str, set[str]] = {}
+#: Each session's last pushed cell, whose objects are let go once the next cell is launched.
+_last: dict[str, overlay.Overlay] = {}
+
+
+class PushedNews:
+    """What a pushed cell's ``Job.wait`` sleeps on: the relay's answer, then the objects the cell's controller
+    writes, read off the channel into the job's :class:`~nbburst.protocol.overlay.Overlay` as they come. A cell
+    the relay does not carry goes through the Store (``fallback``). When the channel ends before the VM said the
+    job's record is in the Store (the VM preempted or cut off), the notebook writes what it holds there itself,
+    and the job is read, and recovered, from the Store as any job is."""
+
+    def __init__(self, conn: ssl.SSLSocket, held: overlay.Overlay, fallback: Callable[[], None]):
+        self.conn, self.held, self.fallback = conn, held, fallback
+        self.news = threading.Event()
+        self.over = threading.Event()  # the channel has ended (the record stored, or written from here)
+        threading.Thread(target=self._read, name="nbburst-cell-news", daemon=True).start()
+
+    def _read(self) -> None:
+        stored = carried = False
+        try:
+            lines = self.conn.makefile("rb")
+            carried = isinstance(answer := json.loads(lines.readline() or b"null"), dict) and answer.get("carried")
+            self.conn.settimeout(None)
+            for line in lines if carried else ():
+                kind, ops = sessionpush.read_news(line)
+                for op in ops:
+                    self.held.receive(op)
+                if kind == sessionpush.STORED:
+                    self.held.stored()
+                    stored = True
+                self.news.set()
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.conn.close()
+            try:
+                if not stored:
+                    self.held.release()
+                if not carried:
+                    self.fallback()
+            finally:
+                self.over.set()
+                self.news.set()
+
+    def __call__(self, delay: float) -> None:
+        if self.over.is_set():
+            time.sleep(delay)
+        elif self.news.wait(max(delay, WAKE_CEILING_SECONDS)):
+            self.news.clear()
 
 
 class SessionUnreachable(UsageError, ConnectionError):
@@ -105,12 +157,11 @@ class MailboxTransport(Transport):
             return None
 
     def _push(
-        self, session: Session, place: str, raw: bytes, timeout: float, dial: bool
+        self, session: Session, place: str, raw: bytes, timeout: float
     ) -> tuple[ssl.SSLSocket, dict[str, Any]] | None:
-        """Send a sealed request down the push channel (the connection :meth:`up` made, else a new one if
-        ``dial``): the connection and the relay's answer, or None when it could not be delivered (the Store then
-        carries it)."""
-        conn, session.pending = session.pending or (self._dial(session.record) if dial else None), None
+        """Send a sealed request down the push channel (the connection :meth:`up` made, else a new one): the
+        connection and the relay's answer, or None when it could not be delivered (the Store then carries it)."""
+        conn, session.pending = session.pending or self._dial(session.record), None
         if conn is None:
             return None
         try:
@@ -154,7 +205,7 @@ class MailboxTransport(Transport):
             raise SessionUnreachable(f"session {record.name!r}: its VM is not running")
         kind = sessionwire.STOP if request.get("stop") else sessionwire.STATE
         place, raw = self._seal(record, kind)
-        pushed = self._push(session, place, raw, ASK_SECONDS, dial=True)
+        pushed = self._push(session, place, raw, ASK_SECONDS)
         if pushed is not None:
             pushed[0].close()
             if pushed[1].get("answers") == place:
@@ -163,18 +214,51 @@ class MailboxTransport(Transport):
             self._store(record).create(place, raw)
         return self._wait(record, lambda s: s.get("answers") == place, ASK_SECONDS, "answer")
 
+    def cell_store(self, session: Session, store: Store, layout: JobLayout) -> Store:
+        """While the push channel is up (:meth:`up` connected), the cell's job is held here and travels with the
+        cell (:mod:`nbburst.protocol.overlay`): the VM writes it to the Store behind the cell."""
+        if session.pending is None:
+            return store
+        known = _known.setdefault(session.record.session_id, set())
+        return overlay.Overlay(store, layout.prefix, overlay.HOLD, shared=[layout.cancel], known=known)
+
     def launch(self, session: Session, job: Job, attempt: int) -> None:
-        """Hand the claimed ``attempt`` of ``job`` to the session's VM; ``job.wait`` reads the job's folder (woken
-        by the push channel when the connection :meth:`up` made carried the cell; :meth:`up` just tried it)."""
-        fields = {"job": job.url, "key": job.key(), "attempt": attempt, "imports": job.cell_imports}
-        place, raw = self._seal(session.record, sessionwire.CELL, **fields)
-        pushed = self._push(session, place, raw, CONNECT_SECONDS + sessionpush.HANDSHAKE_SECONDS, dial=False)
-        if pushed is not None and pushed[1].get("carried"):
-            pushed[0].settimeout(None)
-            job.wake = Wakeup(pushed[0])  # the controller's news, carried by the relay
-            return
-        if pushed is not None:
-            pushed[0].close()
+        """Hand the claimed ``attempt`` of ``job`` to the session's VM. Pushed (down the connection :meth:`up`
+        made), the cell takes its job's objects with it and ``job.wait`` reads those the VM sends back
+        (:class:`PushedNews`); through the Store, the job is written there first and ``job.wait`` reads the job's
+        folder."""
+        held = job.store if isinstance(job.store, overlay.Overlay) else None
+        conn, session.pending = session.pending, None
+        if held is not None and conn is not None:
+            key = job.layout.status(attempt)  # the launch time goes with the claim: never written after the VM's
+            claim = Status.from_json(job.folder.get_record(key))
+            claim.launched = claim.heartbeat = time.time()
+            job.folder.put_record(key, claim.to_json())
+            place, raw = self._seal(session.record, sessionwire.CELL, **self._cell(job, attempt))
+            try:
+                conn.settimeout(CONNECT_SECONDS + sessionpush.HANDSHAKE_SECONDS)
+                conn.sendall(sessionpush.request_line(place, raw, held.held))
+            except OSError:
+                conn.close()
+            else:
+                job.wake = PushedNews(conn, held, lambda: self._through_store(session, job, attempt))
+                with contextlib.suppress(KeyError):  # the cell before it has been read: the Store keeps its objects
+                    _last.pop(session.record.session_id).forget()
+                _last[session.record.session_id] = held
+                return
+        elif conn is not None:
+            conn.close()
+        if held is not None:
+            held.release()  # the job in the Store before the request that names it
+        self._through_store(session, job, attempt)
+
+    @staticmethod
+    def _cell(job: Job, attempt: int) -> dict[str, Any]:
+        return {"job": job.url, "key": job.key(), "attempt": attempt, "imports": job.cell_imports}
+
+    def _through_store(self, session: Session, job: Job, attempt: int) -> None:
+        """Hand the attempt over through the Store, in a request of its own (the relay takes each place once)."""
+        place, raw = self._seal(session.record, sessionwire.CELL, **self._cell(job, attempt))
         self._store(session.record).create(place, raw)
 
     def up(self, session: Session) -> bool:
