@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..store import AlreadyExists, NotFound, Store
 
@@ -37,6 +37,7 @@ HOLD, QUEUE, THROUGH = "hold", "queue", "through"
 #: Objects up to this size travel on the channel; a bigger one (a large result) goes to the Store at once.
 INLINE_BYTES = 4 << 20
 
+T = TypeVar("T")
 #: One write, in the order it was made: (operation: put, create or delete; key; bytes).
 Op = tuple[str, str, bytes]
 
@@ -168,13 +169,18 @@ class Overlay(Store):
             return False
         return key in self.objects or (self.local and key.startswith(self.owned) and key not in self.remote)
 
-    def get(self, key: str) -> bytes:
+    def _held(self, key: str, table: dict[str, T]) -> T | None:
+        """``table``'s entry for an object answered from memory (NotFound when it is not held); None: the Store's."""
         with self._lock:
-            if self._here(key):
-                if key not in self.objects:
-                    raise NotFound(key)
-                return self.objects[key]
-        return self.backing.get(key)
+            if not self._here(key):
+                return None
+            if key not in self.objects:
+                raise NotFound(key)
+            return table[key]
+
+    def get(self, key: str) -> bytes:
+        found = self._held(key, self.objects)
+        return self.backing.get(key) if found is None else found
 
     def get_file(self, key: str, path: str | Path) -> None:
         with self._lock:
@@ -203,12 +209,8 @@ class Overlay(Store):
 
     def updated(self, key: str) -> float:
         """An object held here is stamped when it was made or arrived, by this machine's clock."""
-        with self._lock:
-            if self._here(key):
-                if key not in self.objects:
-                    raise NotFound(key)
-                return self.stamps[key]
-        return self.backing.updated(key)
+        found = self._held(key, self.stamps)
+        return self.backing.updated(key) if found is None else found
 
     def age(self, key: str) -> float:
         """An object held here: its age by this machine's clock, which stamped it."""
