@@ -71,3 +71,136 @@ def test_a_function_shipped_by_value_keeps_its_file_and_lines(tmp_path, monkeypa
     with pytest.raises(ValueError) as raised:
         shipped()
     assert 'helpers_beside.py", line 2, in fail' in "".join(traceback.format_tb(raised.tb))
+
+
+# -- what a cell changed, judged on the machine, and what of it comes back ----------------------------------------
+
+
+def _burst(kernel: dict, sent: list[str], cell, draw: str | None = None) -> tuple[dict, dict, dict, dict, int]:
+    """``sent`` from ``kernel`` to a machine namespace as a job's inputs travel, ``cell(ns)`` run there (it returns
+    its outputs; ``draw``: the name of a Figure drawn afterwards, as a cell's Out is), and what the machine sends
+    back loaded into ``kernel``. Returns (the machine's namespace, what came back, the machine's unchanged and
+    changed objects by address, the result's size)."""
+    from nbburst.agent.attempt.inputs import Inputs
+    from nbburst.protocol import processstate, transfer
+
+    inner_sent: dict = {}
+    encoded, failed = transfer.encode_inputs({n: kernel[n] for n in sent}, inner=inner_sent)
+    assert not failed
+    ns: dict = {"__name__": "__main__"}
+    inner_arrived: dict = {}
+    for name, blob in encoded.items():  # in the order the machine loads them
+        ns[name] = transfer.load_value(blob.tobytes(), ns, inner_arrived.setdefault(name, {}), inner_arrived)
+    inputs = Inputs({"track": True}, processstate.Tracker({}))
+    inputs.watch(ns, list(encoded), inner_arrived)
+    outputs = cell(ns)
+    if draw is not None:
+        import io
+
+        ns[draw].savefig(io.BytesIO(), format="png")
+    values, refs, adopt = inputs.returns_of(ns, outputs)
+    writer = transfer.Writer(refs, adopt)
+    for name, value in values.items():
+        assert writer.add(name, value) is None
+    blob = writer.finish({})
+    loaded = transfer.load_values(blob.tobytes(), kernel, inner_sent)
+    assert not loaded.failed
+    return ns, loaded.values, refs, adopt, blob.nbytes
+
+
+@pytest.fixture
+def figure() -> dict:
+    """A kernel's namespace after a cell drew a line plot and its Figure was shown (drawn once)."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 3], [3, 1, 2])
+    fig.savefig(io.BytesIO(), format="png")
+    plt.close(fig)
+    return {"fig": fig, "ax": ax, "line": ax.lines[0]}
+
+
+def test_a_figure_and_its_axes_are_one_object_graph_on_the_machine_sent_once(figure):
+    from nbburst.protocol import transfer
+
+    encoded, _ = transfer.encode_inputs({"fig": figure["fig"], "ax": figure["ax"]})
+    assert min(blob.nbytes for blob in encoded.values()) < 200  # one of them is a reference into the other's graph
+    ns, back, *_ = _burst(figure, ["fig", "ax"], lambda ns: {"same": ns["ax"].figure is ns["fig"]})
+    assert ns["ax"].figure is ns["fig"] and ns["fig"].axes == [ns["ax"]] and back["same"] is True
+
+
+def test_a_cell_that_changes_nothing_brings_nothing_back(figure):
+    _, back, refs, adopt, size = _burst(figure, ["fig", "ax"], lambda ns: {"again": ns["fig"]})
+    assert back == {"again": figure["fig"]} and back["again"] is figure["fig"] and size < 1000  # a reference
+    assert {"fig", "ax"} <= set(refs.values()) and not any(isinstance(a, str) for a in adopt.values())
+
+
+def test_a_method_call_on_the_figure_alone_comes_back_into_the_kernels_figure(figure):
+    fig, ax = figure["fig"], figure["ax"]
+
+    def cell(ns: dict) -> dict:
+        ns["fig"].suptitle("changed through a method")
+        return {}
+
+    _, back, refs, adopt, _ = _burst(figure, ["fig", "ax"], cell, draw="fig")
+    assert back["fig"] is fig and fig._suptitle.get_text() == "changed through a method"
+    assert ax.figure is fig and fig.axes == [ax]
+
+
+def test_an_artist_reached_only_through_the_figure_comes_back_in_place(figure):
+    fig, line = figure["fig"], figure["line"]
+
+    def cell(ns: dict) -> dict:
+        ns["fig"].axes[0].lines[0].set_color("red")  # neither the Axes nor the line is an input
+        return {}
+
+    _, back, *_ = _burst(figure, ["fig"], cell)
+    assert back["fig"] is fig and fig.axes[0].lines[0] is line and line.get_color() == "red"
+
+
+def test_a_legend_added_to_the_axes_and_the_figure_shown_come_back(figure):
+    fig, ax = figure["fig"], figure["ax"]
+
+    def cell(ns: dict) -> dict:
+        ns["ax"].legend(["a"])
+        return {}
+
+    _, back, *_ = _burst(figure, ["ax", "fig"], cell, draw="fig")
+    assert back["ax"] is ax and ax.get_legend() is not None and ax.figure is fig and fig.axes[0] is ax
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a"]
+
+
+def test_inputs_that_reach_each_other_are_each_judged_by_their_own_part():
+    a: dict = {"name": "a"}
+    b: dict = {"name": "b", "a": a, "deep": [0]}
+    a["b"] = b
+    deep = b["deep"]
+    kernel = {"a": a, "b": b}
+
+    def cell(ns: dict) -> dict:
+        ns["a"]["b"]["deep"].append(1)  # inside b's own part, reached through a
+        return {}
+
+    _, back, refs, adopt, _ = _burst(kernel, ["a", "b"], cell)
+    assert set(back) == {"b"} and back["b"] is b and b["deep"] is deep == [0, 1] and a["b"] is b
+    assert "a" in refs.values() and "b" in adopt.values()
+
+
+def test_objects_swapped_for_lookalikes_are_a_change():
+    p, q = [1], [2]
+    kernel = {"pair": [p, q], "p_elsewhere": p}  # the kernel holds p under a name the cell never reads
+
+    def cell(ns: dict) -> dict:
+        first, second = ns["pair"]
+        first[0], second[0] = 2, 1
+        ns["pair"].reverse()  # [[1], [2]] as before, each list now the other one
+        return {}
+
+    _, back, *_ = _burst(kernel, ["pair"], cell)
+    assert back["pair"] is kernel["pair"] and kernel["pair"][0] is q and kernel["pair"][1] is p
+    assert kernel["p_elsewhere"] == [2] and q == [1]

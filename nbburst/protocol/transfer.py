@@ -31,11 +31,12 @@ import builtins
 import copyreg
 import functools
 import io
+import itertools
 import pickle
 import re
 import types
 from collections import ChainMap
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,12 +153,29 @@ class _Pickler(codepickle.Pickler):
             region = self.regions.region_of(obj)
             if region is not None:
                 return views.reduce(obj, region)
+        if self.fingerprinting and (counter := _COUNTERS.get((type(obj).__module__, type(obj).__qualname__))):
+            return _without_counting(obj, counter)
         reduced = super().reducer_override(obj)
         if self.fingerprinting and _is_main_function(obj) and isinstance(reduced, tuple):
             # What the function is does not depend on the values of the globals it reads.
             func, args, (state, slots), *rest = reduced
             reduced = (func, args, (state, {**slots, "__globals__": {}}), *rest)
         return reduced
+
+
+#: Classes whose pickled state takes the next value of a counter they hold (attribute), by (module, name):
+#: matplotlib's callback registries, in every Figure and Axes. Pickled twice, the same object reads otherwise.
+_COUNTERS = {("matplotlib.cbook", "CallbackRegistry"): "_cid_gen"}
+
+
+def _without_counting(obj: Any, counter: str) -> Any:
+    """``obj``'s reduction, its counter put back where it was: a fingerprint neither changes the object nor
+    differs from the next one of the same object."""
+    reduced = obj.__reduce_ex__(5)
+    state = reduced[2] if isinstance(reduced, tuple) and len(reduced) > 2 else None
+    if isinstance(state, dict) and isinstance(state.get(counter), int):
+        setattr(obj, counter, itertools.count(state[counter]))
+    return reduced
 
 
 _CONTAINERS = {"list": list, "dict": dict, "set": set, "bytearray": bytearray}
@@ -377,6 +395,7 @@ def encode_inputs(
     encoded: dict[str, payload.Encoded] = {}
     failed: dict[str, Exception] = {}
     inside: dict[str, dict[int, Any]] = {}  # per input pickled so far, the objects inside it (inner_objects)
+    referred: dict[str, set[Address]] = {}  # per input pickled so far, what its pickle refers to
     # grows with what formulas mention; arrays last, so that the containers they may be views into come first
     pending = sorted(values, key=lambda n: views.plain_array(values[n]))
     while pending:
@@ -408,7 +427,16 @@ def encode_inputs(
         mentioned &= set(namespace or ()) - {name}
         # loaded before it on the machine
         refers[name] = {a if isinstance(a, str) else a[0] for a in pickler.referred} | mentioned
+        referred[name] = pickler.referred
         encoded[name] = payload.assemble([(out.getbuffer(), [b.raw() for b in buffers])])
+        for other, index in _carried(name, blocked, values, inside, referred).items():
+            # an input that refers to this one and lies inside it (a Figure and its Axes): one object on the
+            # machine too, the one this one's pickle carries (not a copy of it)
+            encoded[other] = _reference(values[other], (name, index))
+            inside[other] = {}
+            if inner is not None:
+                inner[other] = {}
+            refers[other] = {name}
         for found in sorted(mentioned - set(values)):
             values[found] = namespace[found]  # type: ignore[index]
             optional.add(found)
@@ -427,6 +455,27 @@ def encode_inputs(
         if name not in order:
             visit(name)
     return {name: encoded[name] for name in order}, failed
+
+
+def _carried(
+    name: str,
+    blocked: set[str],
+    values: dict[str, Any],
+    inside: dict[str, dict[int, Any]],
+    referred: dict[str, set[Address]],
+) -> dict[str, int]:
+    """The inputs among ``blocked`` whose object ``name``'s pickle carries, by its index there: those that no
+    input refers into (their addresses would change)."""
+    where = {id(obj): index for index, obj in inside[name].items()}
+    into = {address[0] for addresses in referred.values() for address in addresses if isinstance(address, tuple)}
+    return {b: where[id(values[b])] for b in sorted(blocked) if id(values[b]) in where and b not in into}
+
+
+def _reference(value: Any, address: Address) -> payload.Encoded:
+    """A blob that is only a reference to ``address``: the object there is ``value`` on the machine."""
+    out = io.BytesIO()
+    _Pickler(out, lambda buffer: None, {id(value): address}).dump(value)
+    return payload.assemble([(out.getbuffer(), [])])
 
 
 def _reaching(name: str, refers: dict[str, set[str]]) -> set[str]:
@@ -459,18 +508,32 @@ def load_value(
     return value
 
 
-def fingerprint(value: Any) -> str | None:
-    """Content fingerprint of ``value`` (xxh3 of its pickle); None for values that cannot change in place."""
+def fingerprint(value: Any, others: Sequence[Any] = (), walked: dict[int, int] | None = None) -> str | None:
+    """Content fingerprint of ``value`` (xxh3 of its pickle); None for values that cannot change in place.
+
+    ``others`` (the other inputs) are not walked into: the pickle names each by its place in ``others``, as
+    its memo would name an object it met before. A Figure and its Axes, two inputs that reach each other, are
+    then walked once in all, each object in the fingerprint of the input whose own part holds it, instead of
+    the whole graph once per input; and each input's verdict is about its own part (an object the cell
+    changed changes the fingerprint of every input whose own part holds it). ``walked`` receives the memo
+    index of each object the pickle walked, by id: where it lies in the stream the fingerprint hashes."""
     if isinstance(value, (*IMMUTABLE, types.ModuleType)):
         return None
     if views.plain_array(value) and value.dtype.itemsize:  # as its bytes lie: a Figure holds thousands of arrays
         return _array_fingerprint(value)
     buffers: list[pickle.PickleBuffer] = []
     out = io.BytesIO()
+    pickler = _Pickler(out, buffers.append, fingerprinting=True)
+    # memoized ahead, at fixed indices: the C pickler writes a memo reference and never calls back into Python
+    # (the indices must be those the pickler gives next: one index meaning two objects would hide a change)
+    seeded = list({id(obj): obj for obj in others if obj is not value}.values())
+    pickler.memo = {id(obj): (index, obj) for index, obj in enumerate(seeded)}
     try:
-        _Pickler(out, buffers.append, fingerprinting=True).dump(value)
+        pickler.dump(value)
     except Exception:
         return None  # cannot be pickled: cannot come back either
+    if walked is not None:
+        walked.update((key, index) for key, (index, _) in pickler.memo.copy().items() if index >= len(seeded))
     return payload.fingerprint([out.getbuffer(), *(b.raw() for b in buffers)])
 
 

@@ -29,9 +29,12 @@ from ..session import blobcache
 Arrival = tuple[str | None, dict[int, str]]
 
 
-def arrival(value: Any, inner: dict[int, Any]) -> Arrival:
-    """The fingerprints :meth:`Inputs.watch` keeps of an input (``inner``: the objects inside it)."""
-    fp = transfer.fingerprint(value)
+def arrival(
+    value: Any, inner: dict[int, Any], others: list[Any] | None = None, walked: dict[int, int] | None = None
+) -> Arrival:
+    """The fingerprints :meth:`Inputs.watch` keeps of an input (``inner``: the objects inside it); ``others`` and
+    ``walked`` as :func:`transfer.fingerprint` takes them."""
+    fp = transfer.fingerprint(value, others or (), walked)
     if fp is None:
         return None, {}
     arrays = {}
@@ -51,6 +54,10 @@ class Inputs:
         self.arrived: dict[str, tuple[Any, str]] = {}  # name -> (object, fingerprint)
         self.inner: dict[str, dict[int, Any]] = {}  # name -> memo index -> object inside that input
         self.arrays: dict[tuple[str, int], str] = {}  # address -> fingerprint, for arrays inside inputs
+        self.others: list[Any] = []  # the inputs as they arrived: each one's fingerprint stops at the others
+        # name -> id -> memo index, of the objects its fingerprint walked (its own part); absent for an input
+        # fingerprinted whole (by a warm parent, which knows no other inputs)
+        self.walked: dict[str, dict[int, int]] = {}
 
     def watch(
         self,
@@ -61,15 +68,27 @@ class Inputs:
     ) -> None:
         """Fingerprint ``names`` as they are now (after loading, before the cell), and the arrays inside
         them on their own (hashing an array is cheap: only a changed one needs to travel back); ``known``:
-        fingerprints a warm parent took of the same bytes, loaded the same way (:func:`arrival`)."""
+        fingerprints a warm parent took of the same bytes, loaded the same way (:func:`arrival`).
+
+        Each input is fingerprinted by its own part: the other inputs stand for themselves in its pickle
+        (:func:`transfer.fingerprint`), so objects two inputs reach (a Figure and its Axes reach each other)
+        are pickled once, not once per input."""
         if not self.track:
             return
+        self.others = [ns[name] for name in names]
         for name in names:
-            fp, arrays = (known or {}).get(name) or arrival(ns[name], inner.get(name, {}))
+            walked: dict[int, int] | None = None
+            if name in (known or {}):
+                fp, arrays = (known or {})[name]
+            else:
+                walked = {}
+                fp, arrays = arrival(ns[name], inner.get(name, {}), self.others, walked)
             if fp is not None:
                 self.arrived[name] = (ns[name], fp)
                 self.inner[name] = inner.get(name, {})
                 self.arrays.update({(name, index): array_fp for index, array_fp in arrays.items()})
+                if walked is not None:
+                    self.walked[name] = walked
 
     def begin(self) -> None:
         """Right before the cell's code: the kernel's process state takes effect."""
@@ -95,27 +114,53 @@ class Inputs:
         before any input that holds it: a notebook function's fingerprint leaves
         out its globals, so the RNG or cache it reads through them looks
         unchanged inside it whatever the cell did to it.
+
+        An input fingerprinted by its own part (:meth:`watch`) is unchanged if that part pickles as it did and
+        every object the inputs hold lies in it where it lay (the same index of the same stream), so that no
+        object was swapped for a lookalike; an object inside an input is unchanged if it lies, so, in the own
+        part of an unchanged input, or (an array) if its own fingerprint is the same. Any other one goes back
+        to update the kernel's object, if what comes back reaches it.
         """
         changed: dict[str, Any] = {}
         refs: dict[int, transfer.Address] = {}
         adopt: dict[int, transfer.Address] = {}
         verdicts: dict[str, bool] = {}
+        held = {id(o) for inner in self.inner.values() for o in inner.values()}
+        proven: set[int] = set()  # held objects in the own part of an unchanged input, where they were
         for name, (obj, fp) in self.arrived.items():
-            verdicts[name] = unchanged = transfer.fingerprint(obj) == fp
+            before = self.walked.get(name)
+            after: dict[int, int] = {}
+            own = before is not None
+            unchanged = transfer.fingerprint(obj, self.others if own else (), after if own else None) == fp
+            if unchanged and before is not None:
+                kept = [key for key in before if key in held]
+                unchanged = all(after.get(key) == before[key] for key in kept)
+                if unchanged:
+                    proven.update(kept)
+            verdicts[name] = unchanged
             if ns.get(name) is not obj:
                 continue
             (refs if unchanged else adopt)[id(obj)] = name
             if not unchanged and name not in outputs and (self.returns is None or name in self.returns):
                 changed[name] = obj
         for name, unchanged in verdicts.items():
+            whole = name not in self.walked
             for index, inside in self.inner[name].items():
-                if id(inside) in refs or id(inside) in adopt:
+                key = id(inside)
+                if key in refs or key in adopt:
                     continue
                 address = (name, index)
-                # Only arrays were fingerprinted as they arrived: any other object is adopted unhashed (hashing
-                # each object of a graph like a Figure's on its own pickles the whole graph once per object).
-                same = unchanged or (address in self.arrays and self.arrays[address] == transfer.fingerprint(inside))
-                (refs if same else adopt)[id(inside)] = address
+                # Only arrays were fingerprinted as they arrived: any other object is judged by the input whose
+                # own part it lies in (hashing each object of a graph like a Figure's on its own pickles the
+                # whole graph once per object).
+                if (
+                    (whole and unchanged)
+                    or key in proven
+                    or (address in self.arrays and self.arrays[address] == transfer.fingerprint(inside))
+                ):
+                    refs[key] = address
+                else:
+                    adopt[key] = address
         return {**changed, **outputs}, refs, adopt
 
 
