@@ -40,9 +40,6 @@ KERNEL_MAGICS = [
 ]
 
 
-# rich's live display (track) in a plain kernel cell sometimes leaves nbclient waiting, with the kernel idle,
-# until its cell timeout (one run in about ten, plain and burst cells alike): room for one such wait.
-@pytest.mark.timeout(600)
 @pytest.mark.parametrize("session", [False, True], ids=["own-machine", "session"])
 def test_the_machine_is_a_kernel_to_libraries_and_magics(burst_env, tmp_path, session):
     pairs, _ = run_pairs(KERNEL_LIKE, tmp_path, session=session)

@@ -7,9 +7,52 @@ import tempfile
 from pathlib import Path
 
 import nbformat
+from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.channels import AsyncZMQSocketChannel
+from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
+from traitlets import Type
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class _ShellChannel(AsyncZMQSocketChannel):
+    """A shell channel that sends through its asyncio socket.
+
+    jupyter_client's Session.send writes an asyncio socket's messages through a blocking shadow of the same
+    ZeroMQ socket. That send handles the socket's pending commands, and with them the edge of the socket's
+    file descriptor that was to wake the poll awaiting execute_reply; pyzmq, bypassed, never looks again, so
+    the reply waits unread until the cell timeout. nbclient sends on the shell channel while it awaits a reply
+    whenever a cell draws into an ipywidgets Output (it echoes the widget's state: rich's live display, the
+    job view), so such cells stalled now and then (jupyter/nbclient#312). Sent through the asyncio socket,
+    pyzmq checks for a waiting message after each send."""
+
+    def send(self, msg: dict) -> None:
+        self.socket.send_multipart(self.session.serialize(msg) + list(msg.get("buffers", [])))
+
+
+class _KernelClient(AsyncKernelClient):
+    shell_channel_class = Type(_ShellChannel)
+
+
+class KernelManager(AsyncKernelManager):
+    """The kernel manager of the tests' notebook runs: its clients never leave a reply unread (_ShellChannel)."""
+
+    client_factory = Type(_KernelClient)
+
+
+def client(nb: nbformat.NotebookNode, cwd: str | Path, timeout: int = 240, **options: object) -> NotebookClient:
+    """An nbclient runner of ``nb`` in a python3 kernel working in ``cwd`` that records errors as outputs."""
+    resources = {"metadata": {"path": str(cwd)}}
+    return NotebookClient(
+        nb,
+        kernel_name="python3",
+        timeout=timeout,
+        allow_errors=True,
+        resources=resources,
+        kernel_manager_class=KernelManager,
+        **options,
+    )
 
 
 def run_cells(cells: list[str], timeout: int = 240, cwd: str | Path | None = None) -> list[list[dict]]:
@@ -25,8 +68,7 @@ def run(nb: nbformat.NotebookNode, timeout: int = 240, cwd: str | Path | None = 
     if cwd is None:
         with tempfile.TemporaryDirectory(prefix="nbrun-") as folder:
             return run(nb, timeout, folder)
-    resources = {"metadata": {"path": str(cwd)}}
-    NotebookClient(nb, kernel_name="python3", timeout=timeout, allow_errors=True, resources=resources).execute()
+    client(nb, cwd, timeout).execute()
     return nb
 
 

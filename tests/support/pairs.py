@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 
 import nbformat
-from nbclient import NotebookClient
+
+from support.nbrun import client
 
 LOAD = "%load_ext nbburst"
 SESSION = "%burst session start --idle 5m --timeout 30m"
@@ -32,14 +33,7 @@ def run_pairs(
     def on_executed(cell, cell_index, execute_reply):
         payloads[cell_index] = execute_reply["content"].get("payload", [])
 
-    NotebookClient(
-        nb,
-        kernel_name="python3",
-        timeout=240,
-        allow_errors=True,
-        resources={"metadata": {"path": str(cwd)}},
-        on_cell_executed=on_executed,
-    ).execute()
+    client(nb, cwd, on_cell_executed=on_executed).execute()
     seen = [observe(cell.outputs, payloads.get(i, [])) for i, cell in enumerate(nb.cells)]
     first, pairs = len(head), 2 * len(cells)
     return [(seen[i], seen[i + 1]) for i in range(first, first + pairs, 2)], seen[first + pairs :][: len(then)]
