@@ -36,6 +36,9 @@ https://cloud.google.com/compute/docs/resource-error); organisation policies (``
 ``default``, and :meth:`add_network` adds others (an unknown network is 404, a custom-mode one without a
 subnetwork 400).
 
+VPC firewall rules (``firewalls.insert``/``get``, :mod:`.firewalls`) are checked and kept as Compute Engine does
+(https://cloud.google.com/compute/docs/reference/rest/v1/firewalls), as records: no traffic is filtered by them.
+
 ``images.insert`` from a stopped instance's boot disk copies the disk folder as the image's
 content (under ``base_dir/images/PROJECT/NAME``); an instance booted from that image starts with
 a copy of it on its disk, as a baked image would. Image inserts are global operations
