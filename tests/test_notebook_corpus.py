@@ -174,8 +174,6 @@ DIFFERS: dict[str, str] = {
     "pydata-book/ch06": "causes 7 (shell lines and %%writefile), 9 (a subfolder the machine lacks), 10 (open files, "
     "csv.reader, sqlite3 stay on the machine), 11 (a raising cell's assignments), 13 (magics the shell registers)",
     "ipython-cookbook/01_notebook": "causes 10 (an open file), 12 (the kernel's output history _), 13 (%lsmagic)",
-    "ipython-cookbook/04_magic": "causes 4 (%load_ext of a module a cell wrote), 12 (_), 13 (magics a cell registers)",
-    "ipython-cookbook/07_test": "cause 7: %%writefile's Writing/Overwriting/Appending and %cat of a file it wrote",
 }
 
 #: Notebooks of a project no default run and no ``--corpus=all`` run touches (``--corpus=held-out`` runs
