@@ -13,15 +13,14 @@ A magic the notebook defines (a notebook function, or a method of a notebook cla
 value, as the notebook's functions do. One of a module (an installed package's, a module beside
 the notebook) travels by its name and is imported where it is first called (:class:`Lazy`): a
 shell that only lists it pays no import (ipykernel's shell module costs a cell half a second).
-An extension is loaded where it can be imported; where it cannot (a module beside the notebook
-that this cell does not use), it is only marked loaded, its magics coming by name. IPython's own
+An extension is loaded where it can be; where it cannot (a module beside the notebook that this
+cell does not use), it is only marked loaded, its magics coming by name. IPython's own
 magics are in every shell and stay out, and so do nbburst's: a machine runs no burst of its own.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -155,13 +154,9 @@ def apply(state: dict[str, Any]) -> None:
         if extension in manager.loaded:
             continue
         try:
-            found = importlib.util.find_spec(extension) is not None
-        except (ImportError, ValueError):
-            found = False
-        if found:
             manager.load_extension(extension)
-        else:  # its magics come by name, imported where they are called
-            manager.loaded.add(extension)
+        except Exception:  # not importable here (a module beside the notebook this cell does not use), or failing
+            manager.loaded.add(extension)  # as the kernel has it: its magics come by name, imported where called
     table = shell.magics_manager.magics
     for kind, magics in state["magics"].items():
         for name, shown in magics.items():
