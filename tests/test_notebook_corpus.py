@@ -171,9 +171,9 @@ SUBSET = [
 #: run all the same, as strict expected failures: a cause fixed turns its notebook's run into a failure until
 #: it leaves this list, so the list (and the fidelity table) cannot overstate what differs.
 DIFFERS: dict[str, str] = {
-    "pydata-book/ch06": "causes 7 (shell lines and %%writefile), 9 (a subfolder the machine lacks), 10 (open files, "
-    "csv.reader, sqlite3 stay on the machine), 11 (a raising cell's assignments), 13 (magics the shell registers)",
-    "ipython-cookbook/01_notebook": "causes 10 (an open file), 12 (the kernel's output history _), 13 (%lsmagic)",
+    "pydata-book/ch06": "causes 7 (shell lines and %%writefile), 9 (a subfolder the machine lacks), "
+    "13 (magics the shell registers)",
+    "ipython-cookbook/01_notebook": "cause 13 (%lsmagic)",
 }
 
 #: Notebooks of a project no default run and no ``--corpus=all`` run touches (``--corpus=held-out`` runs
