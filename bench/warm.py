@@ -17,7 +17,7 @@ ratio to ipyparallel's (the peers' level the issue sets):
 ``--gce`` adds a session on the gce backend to (f) and (h), on the Compute Engine and GCS emulators started for
 the run (no network: what remains is nbburst's own way to the VM and the Store's requests), beside the local one.
 
-Run alone: python bench/warm.py [--repeat 11] [--mib 100] [--rounds 3] [--gce]
+Run alone: python bench/warm.py [--repeat 11] [--mib 100] [--rounds 3] [--gce [--store-latency off]]
 [--notebook tests/thirdparty/statsmodels/wls.ipynb];
 bench/overhead.py runs it too (its rows join that table). Needs the ``bench`` extra (ipyparallel, distributed).
 """
@@ -68,9 +68,6 @@ class Peers:
         self.start_s: dict[str, float] = {}
 
     def start(self) -> Peers:
-        import ipyparallel as ipp
-        from distributed import Client, LocalCluster
-
         # (j) Each start is timed until a first trivial cell has run on it: a session listens at once, then
         # warms up (nbburst's runtime, the shell made ahead) while that first cell waits. Timed with nothing to
         # preload, as the peers start with nothing imported.
@@ -90,6 +87,12 @@ class Peers:
             self.gce.sessions.start("bench", cores=1, idle="30m", timeout="2h", preload=["numpy", "sklearn"])
             self.session("x = 1", {}, self.gce)
             self.start_s[GCE] = time.perf_counter() - t
+        if not _installed("ipyparallel", "distributed"):
+            print("ipyparallel or distributed is not installed (the bench extra): the peers are not measured")
+            return self
+        import ipyparallel as ipp
+        from distributed import Client, LocalCluster
+
         t = time.perf_counter()
         self.cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None)
         self.dask = Client(self.cluster)
@@ -129,6 +132,12 @@ class Peers:
         self.view.execute(code)
 
 
+def _installed(*names: str) -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in names)
+
+
 def _run(code: str, ns: dict[str, Any]) -> None:
     exec(code, ns)
 
@@ -151,20 +160,21 @@ def rounds(systems: dict[str, Callable[[], Any]], repeat: int) -> dict[str, list
 
 def _cell_systems(peers: Peers, code: str, name: str, data: dict[str, Any]) -> dict[str, Callable[[], Any]]:
     """The cell ``code`` (inputs ``data``, result ``name``) on each system; the peers got ``data`` before."""
-    peers.view.push(data)
-    scattered = {k: peers.dask.scatter(v, broadcast=True) for k, v in data.items()}
-
-    def dask_cell(**values: Any) -> Any:
-        ns = dict(values)
-        exec(code, ns)
-        return ns[name]
-
     systems = {
         "plain": lambda: _run(code, dict(data)),
         SESSION: lambda: peers.session(code, dict(data)),
-        IPP: lambda: peers.ipp(code),
-        DASK: lambda: peers.dask.submit(dask_cell, pure=False, **scattered).result(),
     }
+    if peers.view is not None:
+        peers.view.push(data)
+        scattered = {k: peers.dask.scatter(v, broadcast=True) for k, v in data.items()}
+
+        def dask_cell(**values: Any) -> Any:
+            ns = dict(values)
+            exec(code, ns)
+            return ns[name]
+
+        systems[IPP] = lambda: peers.ipp(code)
+        systems[DASK] = lambda: peers.dask.submit(dask_cell, pure=False, **scattered).result()
     if peers.gce is not None and name == "x":
         systems[GCE] = lambda: peers.session(code, dict(data), peers.gce)
     return systems
@@ -185,15 +195,16 @@ def big_input(peers: Peers, repeat: int, mib: int, Row: Any) -> list[Any]:
     import numpy as np
 
     big = np.random.default_rng(0).random(mib * 2**20 // 8)
-    peers.view.push({"big": big})
-    future = peers.dask.scatter(big)
     read = "s = float(big.sum())"
     systems = {
         "plain": lambda: _run(read, {"big": big}),
         SESSION: lambda: peers.session(read, {"big": big}),
-        IPP: lambda: peers.ipp(read),
-        DASK: lambda: peers.dask.submit(np.sum, future, pure=False).result(),
     }
+    if peers.view is not None:
+        peers.view.push({"big": big})
+        future = peers.dask.scatter(big)
+        systems[IPP] = lambda: peers.ipp(read)
+        systems[DASK] = lambda: peers.dask.submit(np.sum, future, pure=False).result()
     if peers.gce is not None:
         systems[GCE] = lambda: peers.session(read, {"big": big}, peers.gce)
     times = rounds(systems, repeat)
@@ -201,15 +212,11 @@ def big_input(peers: Peers, repeat: int, mib: int, Row: Any) -> list[Any]:
     _print_samples("read", times)
     n = mib * 2**20 // 8
     make = f"out = np.ones({n})"
-    times = rounds(
-        {
-            "plain": lambda: _run(make, {"np": np}),
-            SESSION: lambda: peers.session(make, {"np": np}),
-            IPP: lambda: (peers.ipp("import numpy as np\n" + make), peers.view.pull("out")),
-            DASK: lambda: peers.dask.submit(np.ones, n, pure=False).result(),
-        },
-        repeat,
-    )
+    systems = {"plain": lambda: _run(make, {"np": np}), SESSION: lambda: peers.session(make, {"np": np})}
+    if peers.view is not None:
+        systems[IPP] = lambda: (peers.ipp("import numpy as np\n" + make), peers.view.pull("out"))
+        systems[DASK] = lambda: peers.dask.submit(np.ones, n, pure=False).result()
+    times = rounds(systems, repeat)
     rows.append(_row(Row, f"(i) bring {mib} MiB back: added s", times, target=1.2))
     _print_samples("pull", times)
     return rows
@@ -222,6 +229,8 @@ def starts(peers: Peers, Row: Any) -> list[Any]:
     print(f"(j) a session preloading numpy and scikit-learn: its first cell ran after {s['preloaded']:.3f} s")
     if GCE in s:
         print(f"(j) a gce session (emulators) preloading numpy and scikit-learn: first cell ran after {s[GCE]:.3f} s")
+    if IPP not in s:
+        return [Row("(j) start: seconds", "session", s[SESSION], None)]
     row = Row("(j) start: seconds", "ipyparallel cluster", s[IPP], None)
     return [row.add(SESSION, s[SESSION]).add(DASK, s[DASK])]
 
@@ -284,10 +293,11 @@ def _elapsed(timing: dict) -> float:
 
 
 def _row(Row: Any, name: str, times: dict[str, list[float]], target: float | None = None) -> Any:
-    """Added seconds (median) of each system, its ratio to ipyparallel's."""
+    """Added seconds (median) of each system, its ratio to ipyparallel's (to the local session's without it)."""
     added = {k: _added(v, times["plain"]) for k, v in times.items() if k != "plain"}
-    base = max(statistics.median(added[IPP]), 1e-4)
-    row = Row(name, "ipyparallel", statistics.median(added[IPP]), target)
+    baseline = IPP if IPP in added else SESSION
+    base = max(statistics.median(added[baseline]), 1e-4)
+    row = Row(name, baseline, statistics.median(added[baseline]), target)
     for system in (SESSION, DASK, GCE):
         if system not in added:
             continue
@@ -299,6 +309,10 @@ def _row(Row: Any, name: str, times: dict[str, list[float]], target: float | Non
 def _print_samples(label: str, times: dict[str, list[float]]) -> None:
     for system, samples in times.items():
         print(f"{label:>6} {system:>11}: " + " ".join(f"{t:.3f}" for t in samples))
+    for system, samples in times.items():
+        if system != "plain":
+            added = _added(samples, times["plain"])
+            print(f"{label:>6} {system:>11} added: median {statistics.median(added):.3f} max {max(added):.3f}")
 
 
 def targets(rows: list[Any]) -> list[str]:
@@ -314,7 +328,7 @@ def targets(rows: list[Any]) -> list[str]:
             out.append(f"{row.name.split(':')[0]}: gce session adds {added:.3f} s (<= {limit} s: {added <= limit})")
         if row.name.startswith("(k)") and row.worst is not None:
             out.append(f"(k) no cell over 0.2 s: the largest cell adds {row.worst:.3f} s ({row.worst <= 0.2})")
-        if row.name.startswith("(j)"):
+        if row.name.startswith("(j)") and SESSION in row.seconds:
             out.append(f"(j) session start {row.seconds[SESSION]:.3f} s (<= 1 s: {row.seconds[SESSION] <= 1})")
     return out
 
@@ -324,7 +338,8 @@ def measure(bench: Any, Row: Any) -> list[Any]:
     repeat = max(bench.args.repeat, 5)
     mib = getattr(bench.args, "mib", 100)
     with contextlib.ExitStack() as stack:
-        gce = stack.enter_context(gce_client(bench.work)) if getattr(bench.args, "gce", False) else None
+        latency = getattr(bench.args, "store_latency", "on") == "on"
+        gce = stack.enter_context(gce_client(bench.work, latency)) if getattr(bench.args, "gce", False) else None
         peers = Peers(bench.burst, gce).start()
         try:
             rows = cells(peers, repeat, Row) + big_input(peers, repeat, mib, Row) + starts(peers, Row)
@@ -338,13 +353,22 @@ def measure(bench: Any, Row: Any) -> list[Any]:
 
 
 @contextlib.contextmanager
-def gce_client(work: str) -> Iterator[Any]:
+def gce_client(work: str, store_latency: bool = True) -> Iterator[Any]:
     """A Burst client on the gce backend, its Compute Engine and GCS emulators started for the run (instant
-    boots: what is measured is nbburst's way to the VM, not Google's)."""
+    boots: what is measured is nbburst's way to the VM, not Google's).
+
+    Each answer of the GCS emulator's proxy reaches its client late: the proxy sends an answer's headers and
+    body in two writes, and the second waits for the client's delayed acknowledgement of the first (Nagle's
+    algorithm). That delay is of the order of a round trip to Cloud Storage from a notebook outside its region,
+    so it is left on by default; ``store_latency=False`` turns it off for this run, to see what the requests cost
+    without it (docs/performance.md gives both)."""
     from nbburst.client.burst import Burst
-    from nbburst.testing import ComputeEmulator
+    from nbburst.testing import ComputeEmulator, gcs_proxy
     from nbburst.testing.gcs import GCSEmulator
     from nbburst.testing.secretmanager import SecretManagerEmulator
+
+    if not store_latency:
+        gcs_proxy._Handler.disable_nagle_algorithm = True  # noqa: SLF001 - this run's proxy only
 
     compute = ComputeEmulator(Path(work) / "compute", operation_delay=0.0).start()
     gcs = GCSEmulator().start()
@@ -379,6 +403,9 @@ def main() -> None:
     parser.add_argument("--no-notebook", dest="notebook", action="store_const", const="")
     parser.add_argument("--rounds", type=int, default=3, help="runs of the notebook for (k)")
     parser.add_argument("--gce", action="store_true", help="a session on the gce backend (emulators) too")
+    parser.add_argument(
+        "--store-latency", choices=("on", "off"), default="on", help="the GCS emulator's delay on each answer"
+    )
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="nbburst-warm-")
     try:
