@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import ssl
@@ -18,6 +19,7 @@ from nbburst.agent.session.relay import IDLE_POLL_SECONDS, POLL_SECONDS, STORE_B
 from nbburst.client.burst import Burst
 from nbburst.client.capture import capture
 from nbburst.client.job import Job
+from nbburst.client.session import mailbox
 from nbburst.client.session.mailbox import PushedNews
 from nbburst.errors import UsageError
 from nbburst.machines.base import machine_name
@@ -365,3 +367,27 @@ def test_an_overlay_holds_a_cells_objects_and_writes_them_in_order(tmp_path):
     lost.release()
     assert backing.get("jobs/b/spec.json") == b"spec b" and backing.get("jobs/b/status/0001.json") == b"running"
     assert not lost.local and lost.mode == overlay.THROUGH
+
+
+def test_a_pushed_cell_whose_channel_falls_silent_or_is_refused_is_written_to_the_store_by_the_notebook(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(mailbox, "SILENT_SECONDS", 0.5)
+    backing = open_store(str(tmp_path / "store"))
+    for answer, carried in ((b'{"carried": true}\n', True), (b"{}\n", False)):
+        held = overlay.Overlay(backing, "jobs/c/", overlay.HOLD)
+        held.put("jobs/c/spec.json", b"spec")
+        handed: list[bool] = []
+        ours, relay = socket.socketpair()
+        with ours, relay:
+            news = PushedNews(ours, held, functools.partial(handed.append, True))
+            relay.sendall(answer)
+            if carried:
+                relay.sendall(sessionpush.news_line(sessionpush.OBJECTS, [("put", "jobs/c/status/0001.json", b"run")]))
+            assert news.over.wait(60), "the notebook gave the channel up"
+        assert backing.get("jobs/c/spec.json") == b"spec", "the job is in the Store, written by the notebook"
+        assert handed == ([] if carried else [True]), "a cell the relay did not take goes through the Store"
+        if carried:
+            assert backing.get("jobs/c/status/0001.json") == b"run", "with what the VM sent"
+        assert not held.local
+        backing.delete_prefix("jobs/")

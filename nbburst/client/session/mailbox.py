@@ -52,6 +52,9 @@ CONNECT_SECONDS = 2.0
 #: would otherwise cost every cell :data:`CONNECT_SECONDS`.
 RETRY_SECONDS = 300.0
 
+#: How long a pushed cell's channel may say nothing (a running cell's controller writes its heartbeat more often)
+#: before the notebook takes it for cut off (a VM gone without closing it) and reads the job from the Store.
+SILENT_SECONDS = 60.0
 #: Until when (monotonic) the push channel of each session's boot is not tried again, after it could not be reached.
 _unreachable: dict[tuple[str, int], float] = {}
 #: Blobs each session's cells found in the Store or had written there: a later cell does not ask again.
@@ -64,8 +67,8 @@ class PushedNews:
     """What a pushed cell's ``Job.wait`` sleeps on: the relay's answer, then the objects the cell's controller
     writes, read off the channel into the job's :class:`~nbburst.protocol.overlay.Overlay` as they come. A cell
     the relay does not carry goes through the Store (``fallback``). When the channel ends before the VM said the
-    job's record is in the Store (the VM preempted or cut off), the notebook writes what it holds there itself,
-    and the job is read, and recovered, from the Store as any job is."""
+    job's record is in the Store (the VM preempted), or says nothing for :data:`SILENT_SECONDS` (cut off), the
+    notebook writes what it holds there itself, and the job is read, and recovered, from the Store as any job is."""
 
     def __init__(self, conn: ssl.SSLSocket, held: overlay.Overlay, fallback: Callable[[], None]):
         self.conn, self.held, self.fallback = conn, held, fallback
@@ -78,7 +81,7 @@ class PushedNews:
         try:
             lines = self.conn.makefile("rb")
             carried = isinstance(answer := json.loads(lines.readline() or b"null"), dict) and answer.get("carried")
-            self.conn.settimeout(None)
+            self.conn.settimeout(SILENT_SECONDS)
             for line in lines if carried else ():
                 kind, ops = sessionpush.read_news(line)
                 for op in ops:
