@@ -171,8 +171,6 @@ SUBSET = [
 #: run all the same, as strict expected failures: a cause fixed turns its notebook's run into a failure until
 #: it leaves this list, so the list (and the fidelity table) cannot overstate what differs.
 DIFFERS: dict[str, str] = {
-    "pydata-book/ch06": "causes 7 (shell lines and %%writefile), 9 (a subfolder the machine lacks), "
-    "13 (magics the shell registers)",
     "ipython-cookbook/01_notebook": "cause 13 (%lsmagic)",
 }
 
