@@ -30,6 +30,7 @@ from __future__ import annotations
 import builtins
 import copyreg
 import functools
+import gc
 import io
 import itertools
 import pickle
@@ -70,6 +71,25 @@ _MISSING = object()
 Address = str | tuple[str, int]
 
 
+def _uncollected(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` run with the cyclic garbage collector paused. Pickling or unpickling a graph of thousands of
+    objects makes as many containers, and every few hundred of them start a collection that walks the process's
+    young objects (a kernel's are many) to find no garbage among objects all still in use; what the pass leaves
+    behind is collected after it."""
+
+    @functools.wraps(function)
+    def paused(*args: Any, **kwargs: Any) -> Any:
+        if not gc.isenabled():  # paused already (a nested pass, or the caller's own choice)
+            return function(*args, **kwargs)
+        gc.disable()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return paused
+
+
 def inner_objects(memo: Iterable[tuple[int, Any]], top: Any) -> dict[int, Any]:
     """The mutable objects inside ``top`` by their memo index, from the (index, object) pairs of the memo
     of the pickle that carried it: the pickler and the unpickler number objects alike."""
@@ -91,8 +111,6 @@ class _Pickler(codepickle.Pickler):
     ``refs``: id -> address of objects the target already holds (unchanged inputs and what they hold).
     ``adopt``: id -> address of objects to update in the target's object there (changed inputs and
     what they hold).
-    ``formulas``: collects the names that the formulas (strings with a ``~``) it pickles mention: a
-    statsmodels model re-evaluates its formula when it is unpickled.
     ``regions``: arrays the target has or gets; an array lying in one travels as a view of it (:mod:`.views`).
     ``named``: collects the modules of the classes and functions it pickles, and the modules it pickles: the
     target must be able to import them (:mod:`.sources`).
@@ -105,37 +123,35 @@ class _Pickler(codepickle.Pickler):
         refs: dict[int, Address] | None = None,
         adopt: dict[int, Address] | None = None,
         fingerprinting: bool = False,
-        formulas: set[str] | None = None,
         regions: views.Regions | None = None,
         named: set[str] | None = None,
     ):
-        self.refs, self.adopt, self.fingerprinting = refs or {}, dict(adopt or {}), fingerprinting
-        self.formulas, self.regions, self.named = formulas, regions, named
+        self.fingerprinting, self.regions, self.named = fingerprinting, regions, named
+        # id -> (whether the target holds it unchanged, its address): one look-up per object pickled, called
+        # back from the C pickler for every one (each int and float too), the pickle's largest cost in Python
+        self.places: dict[int, tuple[bool, Address]] = {key: (False, a) for key, a in (adopt or {}).items()}
+        self.places.update((key, (True, a)) for key, a in (refs or {}).items())
         self.plain: set[int] = set()  # arrays pickled as their own bytes whatever regions hold them
         self.emitted: dict[Address, int] = {}  # adopted address -> index of the value whose pickle carries it
         self.referred: set[Address] = set()
         self.index = 0
-        if self.refs or self.adopt or formulas is not None:
+        if self.places:
             self.persistent_id = self._persistent_id
         super().__init__(file, protocol=5, buffer_callback=buffer_callback)
 
     def _persistent_id(self, obj: Any) -> Any:
-        if type(obj) is str:
-            if self.formulas is not None and "~" in obj:
-                self.formulas.update(names_in(obj))
+        place = self.places.get(id(obj))
+        if place is None:
             return None
-        name = self.refs.get(id(obj))
-        if name is not None:
+        held, name = place
+        if held:
             self.referred.add(name)
             return ("ref", name)
-        name = self.adopt.get(id(obj))
-        if name is None:
-            return None
         if name in self.emitted:
             return ("same", name)
         content = _adoptable(obj)
         if content is None:
-            del self.adopt[id(obj)]  # pickled as a new object, which the target rebinds
+            del self.places[id(obj)]  # pickled as a new object, which the target rebinds
             return None
         self.emitted[name] = self.index
         if content[0] == "array":
@@ -372,6 +388,7 @@ def _in_user_frames(call: Callable[[], Any], target: dict[str, Any], names: dict
 # -- inputs: a blob each ----------------------------------------------------------------------------
 
 
+@_uncollected
 def encode_inputs(
     values: dict[str, Any],
     optional: Collection[str] = (),
@@ -410,18 +427,19 @@ def encode_inputs(
                         refs.setdefault(id(obj), (holder, index))
         out = io.BytesIO()
         buffers: list[pickle.PickleBuffer] = []
-        mentioned: set[str] = set()
         # a view of another input, or of an array inside one, travels as a view of it (regions in the same
         # order for every input: no cycles)
         held = [v for n, v in holdable.items() if n == name or id(v) in refs]
         held += [obj for objects in inside.values() for obj in objects.values() if id(obj) in refs]
-        pickler = _Pickler(out, buffers.append, refs, formulas=mentioned, regions=views.Regions(held), named=named)
+        pickler = _Pickler(out, buffers.append, refs, regions=views.Regions(held), named=named)
         try:
             pickler.dump(value)
         except Exception as exc:
             failed[name] = exc
             continue
-        inside[name] = inner_objects(pickler.memo.copy().values(), value)
+        memo = pickler.memo.copy().values()  # (every string it pickled is there: a formula is a string with a ~)
+        inside[name] = inner_objects(memo, value)
+        mentioned = {n for _, obj in memo if type(obj) is str and "~" in obj for n in names_in(obj)}
         if inner is not None:
             inner[name] = inside[name]
         mentioned &= set(namespace or ()) - {name}
@@ -491,6 +509,7 @@ def _reaching(name: str, refers: dict[str, set[str]]) -> set[str]:
 # -- one value ------------------------------------------------------------------------------------
 
 
+@_uncollected
 def load_value(
     data: bytes | bytearray | memoryview,
     target: dict[str, Any],
@@ -508,6 +527,7 @@ def load_value(
     return value
 
 
+@_uncollected
 def fingerprint(value: Any, others: Sequence[Any] = (), walked: dict[int, int] | None = None) -> str | None:
     """Content fingerprint of ``value`` (xxh3 of its pickle); None for values that cannot change in place.
 
@@ -537,6 +557,21 @@ def fingerprint(value: Any, others: Sequence[Any] = (), walked: dict[int, int] |
     return payload.fingerprint([out.getbuffer(), *(b.raw() for b in buffers)])
 
 
+#: What a fingerprint says of a plain dtype (its str: byte order, kind, size, unit), by dtype: numpy computes the
+#: str anew at each access, a good part of a small array's fingerprint (a Figure holds thousands of them).
+_DTYPES: dict[Any, bytes] = {}
+
+
+def _dtype_head(dtype: Any) -> bytes:
+    """``dtype`` as a fingerprint says it: a record's fields too (its descr, slower: not kept)."""
+    head = _DTYPES.get(dtype)
+    if head is None:
+        if dtype.fields is not None or dtype.kind == "V":
+            return repr(dtype.descr).encode()
+        head = _DTYPES[dtype] = dtype.str.encode()
+    return head
+
+
 def _array_fingerprint(array: Any) -> str:
     """An array's fingerprint without a pickler: its dtype, shape and memory order, then its bytes (copied only
     when they are not contiguous). An array smaller than one slice of :func:`payload.fingerprint` (a Figure's
@@ -544,14 +579,17 @@ def _array_fingerprint(array: Any) -> str:
     import numpy as np
     import xxhash
 
-    order = "F" if array.flags.f_contiguous and not array.flags.c_contiguous else "C"
-    data = array.T if order == "F" else np.ascontiguousarray(array)
-    head = repr((array.dtype.descr, array.shape, order)).encode()
-    flat = data.reshape(-1).view(np.uint8)
-    if flat.nbytes >= payload.FP_CHUNK:
-        return payload.fingerprint([memoryview(head), memoryview(flat)])
+    flags = array.flags
+    fortran = flags.f_contiguous and not flags.c_contiguous
+    data = array.T if fortran else array if flags.c_contiguous else np.ascontiguousarray(array)
+    head = b"%s %r %s" % (_dtype_head(array.dtype), array.shape, b"F" if fortran else b"C")
+    if array.nbytes >= payload.FP_CHUNK:
+        return payload.fingerprint([memoryview(head), memoryview(data.reshape(-1).view(np.uint8))])
     hasher = xxhash.xxh3_128(head)
-    hasher.update(flat)
+    try:
+        hasher.update(data)
+    except (BufferError, TypeError, ValueError):  # a dtype the buffer protocol cannot say (datetime64): its bytes
+        hasher.update(data.reshape(-1).view(np.uint8))
     return hasher.hexdigest()
 
 
@@ -590,6 +628,7 @@ class Writer:
         self.markers: list = []
         self.reset = False
 
+    @_uncollected
     def add(self, name: str, value: Any) -> str | None:
         """Pickle ``value`` as ``name``; returns why it could not be, or None."""
         start, nbuf = self.out.tell(), len(self.buffers)
@@ -636,6 +675,7 @@ def _memo_indices(pickler: _Pickler, markers: list) -> list:
     return [memo[id(m)][0] if isinstance(m, list) else m for m in markers]
 
 
+@_uncollected
 def load_values(
     data: bytes | bytearray | memoryview, target: dict[str, Any], inner: dict[str, dict[int, Any]] | None = None
 ) -> Loaded:
