@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from support.fidelity import AROUND
-from test_fidelity_patterns import ASPECTS, observed
+from test_fidelity_patterns import agree, observed
 
 #: Cells run before the test's own in each mode, as many in every mode, so that the cells' execution counts
 #: (``_3``, ``Out[3]``, ``_i3``) are the same in all three.
@@ -32,14 +32,7 @@ def compare(cells: list[str], burst: set[int], tmp_path: Path) -> list[dict]:
         padding = PADDED[mode][len(AROUND[mode][0]) :]
         seen, space = observed([*padding, *cells], {i + len(padding) for i in burst}, mode, folder)
         runs[mode] = seen[len(padding) :], space
-    plain, namespace = runs["plain"]
-    for mode in ("burst", "session"):
-        seen, space = runs[mode]
-        for i, (p, b) in enumerate(zip(plain, seen, strict=True)):
-            for aspect in ASPECTS:
-                assert b[aspect] == p[aspect], f"{mode}: cell {i} ({cells[i]!r}): {aspect} differs\n{b}\n{p}"
-        assert space == namespace, f"{mode}: the namespace differs"
-    return plain
+    return agree(runs, cells)
 
 
 @pytest.mark.timeout(900)

@@ -41,9 +41,15 @@ def assert_identical(cells: list[str], burst: set[int], tmp_path: Path) -> list[
         folder = tmp_path / f"run-{mode}"
         shutil.copytree(tmp_path, folder, ignore=lambda where, names: [n for n in names if n.startswith("run-")])
         runs[mode] = observed(cells, burst, mode, folder)
-    plain, namespace = runs["plain"]
-    for i, cell in enumerate(plain):
+    for i, cell in enumerate(runs["plain"][0]):
         assert cell["error"] is None, (i, cell)
+    return agree(runs, cells)
+
+
+def agree(runs: dict[str, tuple[list[dict], dict]], cells: list[str]) -> list[dict]:
+    """Assert that the burst and session runs saw what the plain run saw, cell by cell, and left its namespace;
+    returns the plain run's observations."""
+    plain, namespace = runs["plain"]
     for mode in ("burst", "session"):
         seen, space = runs[mode]
         for i, (p, b) in enumerate(zip(plain, seen, strict=True)):
