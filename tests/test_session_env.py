@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from nbburst.client import gc
 from nbburst.client.burst import Burst
 from nbburst.protocol import dist, envcache
 from nbburst.protocol.job import JobLayout
@@ -55,6 +56,7 @@ def test_the_second_session_of_an_environment_unpacks_what_the_first_built(stock
     record = json.loads(store.get(envcache.record_key(env_hash)))
     assert record["job"] == first.record.session_id
     assert dist.verify_manifest(burst.keyring.get(first.record.session_id), record)
+    assert first.record.session_id not in {k.job_id for k in gc.orphan_keys(burst.keyring, [store], grace_s=0)}
 
     t0 = time.monotonic()
     second = burst.sessions.start("second", cores=2, idle="2s", timeout="10m", preload=["joblib"])

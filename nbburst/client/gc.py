@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..machines.base import Machines
-from ..protocol.job import BLOBS_PREFIX, JobLayout, jobs_prefix
+from ..protocol.job import BLOBS_PREFIX, JobLayout, job_id_time, jobs_prefix
 from ..protocol.signing import KeyRing
 from ..store import NotFound, Store
 from ..store.base import CLOCK_PREFIX
@@ -69,7 +69,8 @@ def orphan_keys(
     now) whose job was never written (no ``spec.json``) in the Store they name.
 
     A key that names a Store not among ``stores`` is left alone (its job may live there); an older key
-    that names none is an orphan only if no store of ``stores`` has its job."""
+    that names none is an orphan only if no store of ``stores`` has its job. A session's key is no job's and is
+    kept: the environments its VMs stored are trusted by it."""
     by_url = {s.url: s for s in stores}
     now = time.time() if now is None else now
     found = []
@@ -79,6 +80,8 @@ def orphan_keys(
             continue
         if entry.store and entry.store not in by_url:
             continue
+        if job_id_time(entry.job_id) is None:
+            continue  # not a job id: a session's secret, which signs the environments its VMs stored: no job of its own
         candidates = [by_url[entry.store]] if entry.store else stores
         if any(s.exists(f"{jobs_prefix()}{entry.job_id}/spec.json") for s in candidates):
             continue
