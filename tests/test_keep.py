@@ -90,6 +90,9 @@ def test_a_kept_machine_takes_the_next_cell_of_its_shape_and_only_those(burst):
     assert info["kept"]["until"] == pytest.approx(info["ended"] + 600.0)
     line = ViewModel(info, info["ended"]).summary_html(info["ended"])
     assert "machine kept warm" in line and "10m 00s" in line
+    running = {**info, "state": "RUNNING", "ended": None, "kept": {**info["kept"], "until": None}}
+    assert "machine kept 10m 00s after it" in ViewModel(running, info["ended"]).status_html(info["ended"])
+    assert "goes 10m 00s after this cell" in ViewModel(running, info["ended"]).static_html(info["ended"])
 
     listed = [s.info() for s in burst.sessions.all()]
     assert [i["name"] for i in listed] == [first.session.name]

@@ -178,6 +178,8 @@ class ViewModel:
             parts.append(f"{usd(cost)}{cap} · {usd(i.get('cost_per_hour_usd') or 0.0)}/h")
         if i.get("workers"):
             parts.append(workers_html(i["workers"], backends.is_remote(i.get("backend"))))
+        if i.get("kept"):  # --keep: the machine stays warm after the cell
+            parts.append(f"machine kept {format_duration(i['kept']['idle_s'])} after it")
         return " · ".join(parts)
 
     def phase_text(self) -> str:
