@@ -46,9 +46,16 @@ class Unmovable(TypeError):
     """A handle that cannot be reopened on the other side (the pickler reports it as the value's reason)."""
 
 
+#: The handles' own types, and the names of those of libraries this module does not import.
+_TYPES = frozenset({*_FILES, _READER, sqlite3.Connection, sqlite3.Cursor})
+_NAMES = frozenset({"TextFileReader", "Engine"})
+
+
 def held(obj: Any) -> bool:
-    """Whether ``obj`` is a handle this module moves (or says why it cannot)."""
-    return isinstance(obj, (*_FILES, _READER, sqlite3.Connection, sqlite3.Cursor)) or _frame_reader(obj) or _engine(obj)
+    """Whether ``obj`` is a handle this module moves (or says why it cannot). Asked of every object a pickle
+    walks, so it looks at the object's type first, and only by its exact type."""
+    kind = type(obj)
+    return kind in _TYPES or (kind.__name__ in _NAMES and (_frame_reader(obj) or _engine(obj)))
 
 
 def _engine(obj: Any) -> bool:
