@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from IPython.core.interactiveshell import InteractiveShell
 from support import wait_until
 
 from nbburst.client import keep
@@ -19,7 +20,6 @@ from nbburst.machines.gce.firewall import SESSION_TAG
 from nbburst.options import Options
 from nbburst.protocol.job import State
 from nbburst.ui import cli
-from nbburst.ui.magic import BurstMagics
 from nbburst.ui.viewmodel import ViewModel
 
 #: The cell's warm parent: the parent of its controller (the runner's parent).
@@ -63,10 +63,21 @@ def test_bad_keep_values_are_refused_before_anything_starts(given, message):
         Options.build(**given)
 
 
-def test_the_magic_and_submit_take_keep_from_the_one_declaration(burst_env):
-    args = BurstMagics.burst.parser.parse_args(["--keep", "10m"])
-    assert args.keep == "10m" and Options.build(keep=args.keep).keep_s == 600.0
+def test_the_magic_and_submit_take_keep_from_the_one_declaration(burst):
     assert "keep" in inspect.signature(submit).parameters
+    ip = InteractiveShell.instance()
+    try:
+        ip.run_line_magic("load_ext", "nbburst")
+        with pytest.raises(UsageError, match="--keep: the idle time must be positive"):
+            ip.run_cell_magic("burst", "--keep -1", "x = 1")
+        assert burst.sessions.all() == [], "refused before anything started"
+        ip.run_cell_magic("burst", "--keep 10m --cores 1", PARENT + "a = 20")
+        ip.run_cell_magic("burst", "--cores 1", PARENT.replace("parent", "again") + "b = a + 1")
+        assert ip.user_ns["b"] == 21 and ip.user_ns["again"] == ip.user_ns["parent"], "both on the kept machine"
+        (kept,) = burst.sessions.all()
+        assert keep.is_kept(kept.name) and "(kept)" in repr(ip.run_line_magic("burst", "session list"))
+    finally:
+        InteractiveShell.clear_instance()
 
 
 def test_a_kept_machine_takes_the_next_cell_of_its_shape_and_only_those(burst):
