@@ -114,6 +114,9 @@ class _Pickler(codepickle.Pickler):
     ``regions``: arrays the target has or gets; an array lying in one travels as a view of it (:mod:`.views`).
     ``named``: collects the modules of the classes and functions it pickles, and the modules it pickles: the
     target must be able to import them (:mod:`.sources`).
+    ``targets``: the objects of ``refs``; when none is of a type the C pickler saves itself, references are made in
+    ``reducer_override``, which the C pickler calls once per object it has not met yet, instead of in
+    ``persistent_id``, which it calls for every object and every int or float it meets.
     """
 
     def __init__(
@@ -125,6 +128,7 @@ class _Pickler(codepickle.Pickler):
         fingerprinting: bool = False,
         regions: views.Regions | None = None,
         named: set[str] | None = None,
+        targets: Iterable[Any] | None = None,
     ):
         self.fingerprinting, self.regions, self.named = fingerprinting, regions, named
         # id -> (whether the target holds it unchanged, its address): one look-up per object pickled, called
@@ -135,7 +139,8 @@ class _Pickler(codepickle.Pickler):
         self.emitted: dict[Address, int] = {}  # adopted address -> index of the value whose pickle carries it
         self.referred: set[Address] = set()
         self.index = 0
-        if self.places:
+        self.by_reduction = targets is not None and not adopt and not any(type(o) in _SAVED_DIRECTLY for o in targets)
+        if self.places and not self.by_reduction:
             self.persistent_id = self._persistent_id
         super().__init__(file, protocol=5, buffer_callback=buffer_callback)
 
@@ -159,6 +164,9 @@ class _Pickler(codepickle.Pickler):
         return ("adopt", name, *content)
 
     def reducer_override(self, obj: Any) -> Any:
+        if self.by_reduction and (place := self.places.get(id(obj))) is not None:
+            self.referred.add(place[1])
+            return _refer, (place[1],)
         if self.named is not None and isinstance(obj, (type, types.FunctionType, types.ModuleType)):
             home = obj.__name__ if isinstance(obj, types.ModuleType) else obj.__module__
             if isinstance(home, str):
@@ -177,6 +185,18 @@ class _Pickler(codepickle.Pickler):
             func, args, (state, slots), *rest = reduced
             reduced = (func, args, (state, {**slots, "__globals__": {}}), *rest)
         return reduced
+
+
+#: Types the C pickler saves itself, without asking ``reducer_override``.
+_SAVED_DIRECTLY = frozenset(
+    {dict, list, tuple, set, frozenset, bytearray, str, bytes, int, float, bool, type(None), pickle.PickleBuffer}
+)
+
+
+def _refer(address: Address) -> Any:
+    """What a reference made in ``reducer_override`` calls where it is loaded: the unpicklers below answer it
+    with the target's object (:meth:`_Resolving.find_class`); any other one cannot."""
+    raise pickle.UnpicklingError(f"it refers to the object at {address!r} of a namespace it was not loaded into")
 
 
 #: Classes whose pickled state takes the next value of a counter they hold (attribute), by (module, name):
@@ -319,7 +339,12 @@ class _Resolving:
             return self._make_function
         if module == _CLOUDPICKLE and name == "_function_setstate":
             return self._function_setstate
+        if module == __name__ and name == _refer.__name__:
+            return self._refer
         return super().find_class(module, name)
+
+    def _refer(self, address: Address) -> Any:
+        return self.persistent_load(("ref", address))
 
     def _make_function(self, code, base_globals, name, argdefs, closure):  # noqa: ANN001, ANN202 (cloudpickle's)
         if base_globals.get("__name__") == "__main__":
@@ -431,7 +456,8 @@ def encode_inputs(
         # order for every input: no cycles)
         held = [v for n, v in holdable.items() if n == name or id(v) in refs]
         held += [obj for objects in inside.values() for obj in objects.values() if id(obj) in refs]
-        pickler = _Pickler(out, buffers.append, refs, regions=views.Regions(held), named=named)
+        targets = [obj for obj in held if id(obj) in refs]
+        pickler = _Pickler(out, buffers.append, refs, regions=views.Regions(held), named=named, targets=targets)
         try:
             pickler.dump(value)
         except Exception as exc:
