@@ -170,9 +170,7 @@ SUBSET = [
 #: Notebooks that still differ under ``%%burst``, each with its causes as docs/fidelity.md numbers them. They
 #: run all the same, as strict expected failures: a cause fixed turns its notebook's run into a failure until
 #: it leaves this list, so the list (and the fidelity table) cannot overstate what differs.
-DIFFERS: dict[str, str] = {
-    "ipython-cookbook/01_notebook": "cause 13 (%lsmagic)",
-}
+DIFFERS: dict[str, str] = {}
 
 #: Notebooks of a project no default run and no ``--corpus=all`` run touches (``--corpus=held-out`` runs
 #: them): ``!`` lines naming files beside the notebook, a data file read by bare name, a module a cell
