@@ -445,7 +445,7 @@ def test_files_the_cell_names_in_the_notebooks_folder_are_staged(tmp_path, monke
     staged = cap.staged(Options.build(files=["notes.txt"]))
     assert staged.files == ["notes.txt", "data/x.csv"]
     written = capture("get_ipython().run_cell_magic('writefile', 'notes.txt', 'hello\\n')", ns)  # %%writefile
-    assert written.files == []  # what the cell writes is not sent
+    assert written.files == ["notes.txt"]  # sent: %%writefile says Overwriting, and -a appends to it, as here
 
 
 def test_a_burst_cell_reads_the_files_beside_the_notebook(burst_env, tmp_path):
