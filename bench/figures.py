@@ -12,6 +12,12 @@ next to nothing: each row's ratio is the figure cell's added seconds over the sa
 (l) a 2-D figure shown again as the Out    (informative)
 (m) a 3-D figure shown again as the Out    (informative)
 
+Then, where the figure cell's added time goes, pass by pass, run in this one process as the kernel and the
+machine run them (the inputs pickled, unpickled, fingerprinted as they arrive, the cell and its Out drawn,
+fingerprinted again, the changed ones pickled back, loaded into the kernel's objects), beside the same passes
+over a cell that moves the same bytes: each pass's CPU seconds, the least of --repeat rounds, which other
+work on the machine inflates far less than the wall-clock seconds of the rows above.
+
 Run alone: python bench/figures.py [--repeat 5]; bench/overhead.py runs it too (its rows join that table).
 """
 
@@ -60,10 +66,16 @@ def kernel_like() -> Any:
 
 def plain(shell: Any, code: str, ns: dict[str, Any]) -> dict[str, Any]:
     """The cell as the kernel runs it: its statements, then its last expression's Out drawn by the shell."""
+    return _run(shell, code, ns)[1]
+
+
+def _run(shell: Any, code: str, ns: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """(the cell's Out, its formats as the shell draws them)."""
     *body, last = code.splitlines()
     exec("\n".join(body), ns)
-    data, _ = shell.display_formatter.format(eval(last, ns))
-    return data
+    value = eval(last, ns)
+    data, _ = shell.display_formatter.format(value)
+    return value, data
 
 
 def sizes(shell: Any, code: str, ns: dict[str, Any]) -> tuple[int, int]:
@@ -134,6 +146,86 @@ def measure(bench: Any, Row: Any) -> list[Any]:
     return rows
 
 
+PASSES = (
+    "kernel pickles",
+    "machine loads",
+    "fingerprints as arrived",
+    "cell and Out",
+    "fingerprints after",
+    "machine pickles",
+    "kernel loads",
+)
+
+
+def passes(repeat: int) -> str:
+    """The passes of each figure cell and of its same-bytes cell, CPU seconds each (the least of ``repeat``
+    rounds), run here as :func:`_passes` runs them: a table."""
+    shell = kernel_like()
+    lines = [f"{'CPU s, least of ' + str(max(repeat, 3)):<26}" + "".join(f"{p:>14}" for p in ("figure", "same bytes"))]
+    for kind, (setup, code) in FIGURES.items():
+        ns = figure(shell, setup)
+        plain(shell, code, dict(ns))  # drawn once, as the kernel's inline backend draws a Figure it shows
+        pickled, _ = sizes(shell, code, dict(ns))
+        figure_cell = _least(lambda ns=ns, code=code: _passes(shell, ns, ["fig", "ax"], code), repeat)
+        same = _least(
+            lambda size=pickled: _passes(shell, {"blob": bytearray(size)}, ["blob"], "blob[0] ^= 1\nNone"), repeat
+        )
+        for step in PASSES:
+            lines.append(f"{kind + ' ' + step:<26}{figure_cell[step]:>14.3f}{same[step]:>14.3f}")
+        added = [sum(v for step, v in cell.items() if step != "cell and Out") for cell in (figure_cell, same)]
+        lines.append(f"{kind + ' all but the cell':<26}{added[0]:>14.3f}{added[1]:>14.3f}")
+    return "\n".join(lines)
+
+
+def _least(run: Callable[[], dict[str, float]], repeat: int) -> dict[str, float]:
+    """The least seconds of each pass over ``repeat`` rounds, after one round that warms up."""
+    run()
+    rounds = [run() for _ in range(max(repeat, 3))]
+    return {step: min(r[step] for r in rounds) for step in rounds[0]}
+
+
+def _passes(shell: Any, kernel: dict[str, Any], sent: list[str], code: str) -> dict[str, float]:
+    """One cell's passes in this process, CPU seconds each, as the kernel and the machine make them
+    (client/burst.py, agent/attempt/inputs.py and runner.py): inputs as blobs, loaded, watched, the cell run and
+    its Out drawn by the shell's formatter, what changed pickled back and loaded into ``kernel``'s objects."""
+    from nbburst.agent.attempt.inputs import Inputs
+    from nbburst.protocol import processstate, transfer, views
+
+    spent: dict[str, float] = {}
+
+    def timed(step: str, fn: Callable[[], Any]) -> Any:
+        start = time.process_time()
+        value = fn()
+        spent[step] = time.process_time() - start
+        return value
+
+    sent_inner: dict[str, dict[int, Any]] = {}
+    blobs = timed("kernel pickles", lambda: transfer.encode_inputs({n: kernel[n] for n in sent}, inner=sent_inner)[0])
+    machine: dict[str, Any] = {"__name__": "__main__"}
+    inner: dict[str, dict[int, Any]] = {}
+
+    def load() -> None:
+        for name, blob in blobs.items():
+            machine[name] = transfer.load_value(blob.tobytes(), machine, inner.setdefault(name, {}), inner)
+
+    timed("machine loads", load)
+    inputs = Inputs({"track": True}, processstate.Tracker({}))
+    timed("fingerprints as arrived", lambda: inputs.watch(machine, list(blobs), inner))
+    last, _ = timed("cell and Out", lambda: _run(shell, code, machine))
+    values, refs, adopt = timed("fingerprints after", lambda: inputs.returns_of(machine, {}))
+
+    def write() -> Any:
+        held = [obj for obj in inputs.held() if id(obj) in refs or id(obj) in adopt]
+        writer = transfer.Writer(refs, adopt, views.Regions(held, values.values()))
+        for name, value in {**values, transfer.LAST: last}.items():
+            writer.add(name, value)
+        return writer.finish({})
+
+    result = timed("machine pickles", write)
+    timed("kernel loads", lambda: transfer.load_values(result.tobytes(), kernel, sent_inner))
+    return spent
+
+
 def _round_trip(burst: Any, code: str, ns: dict[str, Any], options: Any) -> None:
     """A %%burst cell from submission until its values are in ``ns``."""
     from nbburst.client.capture import capture
@@ -154,6 +246,7 @@ def main() -> None:
     try:
         t = time.perf_counter()
         print(table(measure(Bench(args, work).start(), Row)))
+        print(passes(args.repeat))
         print(f"({time.perf_counter() - t:.0f} s in all)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
