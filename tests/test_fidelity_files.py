@@ -81,3 +81,23 @@ def test_the_subfolders_made_on_the_machine_are_bounded(tmp_path):
         "many/d02",
         "many/d03",
     ]
+
+
+def test_only_a_file_that_holds_what_was_sent_is_deleted_with_the_cells_copy(burst_env, tmp_path):
+    """--files /elsewhere/x.csv lands as x.csv: the cell deleting it deletes no other x.csv of the kernel's folder,
+    nor the file it came from; a file named by the cell and deleted there goes, here as there."""
+    from support.nbrun import error, run_cells
+    from support.pairs import LOAD
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "x.csv").write_text("sent\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "x.csv").write_text("the kernel's own\n")
+    (work / "named.csv").write_text("named\n")
+    cell = f"%%burst --files {elsewhere / 'x.csv'}\nimport os\nos.remove('x.csv')\nos.remove('named.csv')"
+    outs = run_cells([LOAD, cell], cwd=work)
+    assert error(outs[1]) is None, error(outs[1])
+    assert (work / "x.csv").read_text() == "the kernel's own\n" and (elsewhere / "x.csv").exists()
+    assert not (work / "named.csv").exists()

@@ -12,8 +12,9 @@ later into any folder (``nbburst download JOB``, ``%burst download JOB``,
   beside it as ``<stem>.<job id><suffix>``, and the :class:`Arrival` says so.
 
 A file that was sent with the cell and that the cell deleted (``!rm examples/out.csv``) is deleted here
-too, unless it changed here since the cell started; no other deletion is mirrored (the machine has
-only the files the cell named). Each file streams from the Store to
+too, if the file here still holds what was sent (not one changed since, nor another file of the same
+name, as ``--files /elsewhere/x.csv`` sends one as ``x.csv``); no other deletion is mirrored (the
+machine has only the files sent). Each file streams from the Store to
 a temporary name in its folder, is checked (its seal, then its sha256) and only
 then renamed to its final name: an interrupted download never leaves a half file.
 """
@@ -25,7 +26,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..protocol import workfiles
+from ..protocol import payload, workfiles
 from ..protocol.folder import JobFolder
 from ..protocol.signing import SignatureError
 from ..store import NotFound
@@ -115,9 +116,9 @@ def download(folder: JobFolder, dest: str | os.PathLike[str], started: float, li
                 continue
         _fetch(folder, rel, entry, target)
         arrival.written.append(rel)
-    for rel in workfiles.decode_deleted(raw) if raw is not None else []:
+    for rel, address in (workfiles.decode_deleted(raw) if raw is not None else {}).items():
         target = dest / rel
-        if target.is_file() and target.stat().st_mtime <= started:  # as the cell found it: it goes, as there
+        if target.is_file() and payload.digest_bytes(target.read_bytes()) == address:  # what was sent: it goes
             target.unlink()
             arrival.removed.append(rel)
     return arrival

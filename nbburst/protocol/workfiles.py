@@ -5,7 +5,7 @@ notebook; on a burst machine they would die with it. So the agent keeps the
 files the cell created or changed in the job's folder in the Store::
 
     files/manifest.json      the list: path -> size, sha256, mtime (a sealed record, written last),
-                             and the files sent with the cell that the cell deleted
+                             and the files sent with the cell that the cell deleted (their content's address)
     files/tree/<path>        each file, sealed and streamed (its version: the attempt that wrote it)
 
 The manifest is written after every file it names, so a reader that finds it
@@ -114,10 +114,14 @@ class Entry:
     mtime: float
 
 
-def encode(entries: dict[str, Entry], attempt: int, deleted: list[str] | None = None) -> bytes:
+def encode(entries: dict[str, Entry], attempt: int, deleted: dict[str, str] | None = None) -> bytes:
+    """The manifest; ``deleted``: the files sent with the cell that it deleted, each with the address of the
+    content sent (only a file that still holds it is deleted on the other side)."""
     files = {rel: vars(e) for rel, e in sorted(entries.items())}
     total = sum(e.size for e in entries.values())
-    return json.dumps({"attempt": attempt, "files": files, "total": total, "deleted": sorted(deleted or [])}).encode()
+    return json.dumps(
+        {"attempt": attempt, "files": files, "total": total, "deleted": dict(sorted((deleted or {}).items()))}
+    ).encode()
 
 
 def decode(raw: bytes) -> dict[str, Entry]:
@@ -127,6 +131,6 @@ def decode(raw: bytes) -> dict[str, Entry]:
     }
 
 
-def decode_deleted(raw: bytes) -> list[str]:
-    """The files sent with the cell that the cell deleted (a manifest written before there were none: [])."""
-    return [check_rel(rel) for rel in json.loads(raw).get("deleted", [])]
+def decode_deleted(raw: bytes) -> dict[str, str]:
+    """The files sent with the cell that the cell deleted, with the address of the content sent."""
+    return {check_rel(rel): str(address) for rel, address in json.loads(raw).get("deleted", {}).items()}

@@ -97,7 +97,7 @@ def keep(folder: JobFolder, spec: JobSpec, workdir: Path, attempt: int) -> int:
             continue  # an input sent with --files, as it was
         folder.put_file(workfiles.file_key(folder.layout, rel), path, attempt)
         entries[rel] = workfiles.Entry(st.st_size, _sha256(path), st.st_mtime)
-    deleted = [rel for rel in sent if _inside(rel) and not os.path.lexists(workdir / rel)]
+    deleted = {rel: address for rel, address in sent.items() if _inside(rel) and not os.path.lexists(workdir / rel)}
     if entries or deleted:
         folder.put_record(workfiles.manifest_key(folder.layout), workfiles.encode(entries, attempt, deleted))
     return len(entries)
