@@ -162,12 +162,12 @@ class Burst:
         job.launch(attempt=1)
         if self.settings.background_supervisor and not backends.is_remote(options.backend):
             laptop.ensure(self.settings, store.url)  # machines that only a supervisor on this computer relaunches
-        try:  # a cloud's own supervisor: relaunches with the laptop shut
-            machines.ensure_watcher(store, spec)
-        except Exception as exc:  # the job runs; only its relaunch while no notebook runs is at stake
-            logging.getLogger("nbburst").warning(
-                "nbburst: job %s: no watcher relaunches it while no notebook runs: %s", job_id, exc
-            )
+        if session is None:
+            _ensure_watcher(machines, store, spec)
+        else:  # a warm cell's way stays as short as its machine is near: the check only guards a relaunch
+            threading.Thread(
+                target=_ensure_watcher, args=(machines, store, spec), name="nbburst-watcher-check", daemon=True
+            ).start()
         return job
 
     def _write_job(
@@ -305,3 +305,13 @@ def submit(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Job:
     burst = Burst()
     given, kwargs = split_api_options(kwargs)
     return burst.submit(fn, *args, options=burst.options(**given), **kwargs)
+
+
+def _ensure_watcher(machines: Machines, store: Store, spec: JobSpec) -> None:
+    """Make sure a cloud's own supervisor runs, which relaunches ``spec``'s job with the laptop shut."""
+    try:
+        machines.ensure_watcher(store, spec)
+    except Exception as exc:  # the job runs; only its relaunch while no notebook runs is at stake
+        logging.getLogger("nbburst").warning(
+            "nbburst: job %s: no watcher relaunches it while no notebook runs: %s", spec.job_id, exc
+        )
