@@ -14,12 +14,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support.fidelity import AROUND
 from test_fidelity_patterns import agree, observed
 
-#: Cells run before the test's own in each mode, as many in every mode, so that the cells' execution counts
-#: (``_3``, ``Out[3]``, ``_i3``) are the same in all three.
-PADDED = {mode: [*before, *["pass"] * (2 - len(before))] for mode, (before, _) in AROUND.items()}
+#: What each mode runs before the test's own cells, after its own (AROUND): two cells in all in every mode, so
+#: that the cells' execution counts (``_3``, ``Out[3]``, ``_i3``) are the same, the first the same (``_i1``).
+PADDING = {"plain": ["%load_ext nbburst", "pass"], "burst": ["pass"], "session": []}
 
 
 def compare(cells: list[str], burst: set[int], tmp_path: Path) -> list[dict]:
@@ -29,7 +28,7 @@ def compare(cells: list[str], burst: set[int], tmp_path: Path) -> list[dict]:
     for mode in ("plain", "burst", "session"):
         folder = tmp_path / f"run-{mode}"
         shutil.copytree(tmp_path, folder, ignore=lambda where, names: [n for n in names if n.startswith("run-")])
-        padding = PADDED[mode][len(AROUND[mode][0]) :]
+        padding = PADDING[mode]
         seen, space = observed([*padding, *cells], {i + len(padding) for i in burst}, mode, folder)
         runs[mode] = seen[len(padding) :], space
     return agree(runs, cells)
@@ -88,10 +87,12 @@ def test_a_cell_reads_the_kernels_output_history(burst_env, tmp_path):
         "'b'",
         "'c'",
         "print(_i, _ii, _iii)",  # the inputs of the three plain cells before (a burst cell's has its %%burst line)
+        "print(_i1, _i3, len(In), len(_ih))",  # _i1: the machine's own first cell would be its own input
     ]
-    plain = compare(cells, {1, 2, 3, 4, 5, 6, 8, 12}, tmp_path)
+    plain = compare(cells, {1, 2, 3, 4, 5, 6, 8, 12, 13}, tmp_path)
     assert plain[1]["out"] == "12" and plain[2]["stdout"].startswith("16 4 4 12 2 + 2 2 + 2 2 + 2")
     assert plain[6]["out"] == "24" and plain[8]["out"] == "16" and plain[12]["stdout"] == "'c' 'b' 'a'\n"
+    assert plain[13]["stdout"].startswith("%load_ext nbburst 2 + 2")
 
 
 EX7 = "a,b,c,d,message\n1,2,3,4,hello\n5,6,7,8,world\n9,10,11,12,foo\n13,14,15,16,bar\n"

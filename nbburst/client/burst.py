@@ -75,7 +75,13 @@ class Burst:
     def submit_cell(self, code: str, cap: Capture, options: Options) -> Job:
         """Submit an (IPython-transformed) cell whose inputs were captured; its values come back to
         the namespace they were captured from."""
-        extra = {"submodules": cap.submodules, "track": True, "returns": cap.returns, "history": cap.history}
+        extra = {
+            "submodules": cap.submodules,
+            "track": True,
+            "returns": cap.returns,
+            "history": cap.history,
+            "count": cap.count,
+        }
         options = cap.staged(options)  # the files beside the notebook that the cell names
         job = self._submit(
             "cell",

@@ -240,6 +240,7 @@ class Capture:
     optional: frozenset[str] = frozenset()  # values only named in strings: sent if they can be pickled
     files: list[str] = field(default_factory=list)  # files the cell names, relative to the kernel's folder
     history: list[str] = field(default_factory=list)  # the kernel's history names the cell reads (among values)
+    count: int | None = None  # the kernel's execution count of the cell, the machine's too
     imports: list[str] = field(default_factory=list)  # modules the cell, its notebook functions and inputs need
 
     def staged(self, options: Options) -> Options:

@@ -94,6 +94,7 @@ class BurstMagics(Magics):
         code = self.shell.transform_cell(cell)
         check_syntax(code, f"Cell In[{self.shell.execution_count}]", first_line=2)  # the %%burst line is line 1
         cap = capture(code, self.shell.user_ns, opts.out, getattr(self.shell, "user_ns_hidden", None))
+        cap.count = self.shell.execution_count
         job = self.client.submit_cell(code, cap, opts)
         if job.session is not None and job.session.revived:
             print(f"nbburst: session {job.session.name}'s machine had ended; it runs again", file=sys.stderr)

@@ -51,6 +51,7 @@ class Inputs:
         self.tracker = tracker
         self.track = bool(manifest.get("track"))
         self.returns: list[str] | None = manifest.get("returns")
+        self.count: int | None = manifest.get("count")  # the kernel's execution count of the cell
         self.arrived: dict[str, tuple[Any, str]] = {}  # name -> (object, fingerprint)
         self.inner: dict[str, dict[int, Any]] = {}  # name -> memo index -> object inside that input
         self.arrays: dict[tuple[str, int], str] = {}  # address -> fingerprint, for arrays inside inputs

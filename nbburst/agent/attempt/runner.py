@@ -144,7 +144,7 @@ def run(
         shell = prepared.shell_for(filename)
         materialise_files(store, layout, spec)  # first: an open file among the inputs is reopened on its file
         inputs = load_inputs(store, layout, spec, ns)
-        shell.take_input_history()
+        shell.take_input_history(inputs.count)
         inputs.begin()  # the kernel's process state, in force from here on
         reporting.phase("")
         connect_cluster()  # --workers: the default Dask client, and Dask as joblib's default backend

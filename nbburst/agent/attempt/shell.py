@@ -182,11 +182,14 @@ class ZMQInteractiveShell(InteractiveShell):
         sys.stdout.flush()
         print(self.InteractiveTB.stb2text(stb), file=sys.stderr, flush=True)
 
-    def take_input_history(self) -> None:
+    def take_input_history(self, count: int | None) -> None:
         """The kernel's ``_i``, ``_ii``, ``_iii``, which came among the inputs of a cell that reads them, stay the
-        cell's: IPython shifts them as it stores the cell's input, so they are set where it shifts them from."""
+        cell's: IPython shifts them as it stores the cell's input, so they are set where it shifts them from; and
+        the cell has the kernel's ``count`` (it stores its input as ``_i<count>``, not over the kernel's ``_i1``)."""
         history, ns = self.history_manager, self.user_ns
         history._i00, history._i, history._ii = ns.get("_i", ""), ns.get("_ii", ""), ns.get("_iii", "")
+        if count:
+            self.execution_count = count
 
     def execute_silently(self, code: str) -> None:
         """Run ``code`` as :meth:`execute` does, but silently and out of the history (no ``Out``, no count)."""
