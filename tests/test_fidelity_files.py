@@ -17,6 +17,7 @@ CELLS = [
     "%%writefile -a first.py\n\n\n# This is appended to the file.\ndef test_first():\n    assert first([1, 2, 3]) == 1",
     "%cat first.py",
     "%%writefile first.py\ndef first(l):\n    return l[0] if l else None",
+    "%%file -a first.py\n# and once more",
     "!cat first.py",
     "!ls scripts/hello-world*.py",
     "%ls scripts/*.py",
@@ -55,7 +56,8 @@ def test_the_kernels_files_as_the_cell_finds_and_leaves_them(burst_env, tmp_path
     assert plain[0] == [("stream", "stdout", "Writing first.py\n")]
     assert plain[1] == [("stream", "stdout", "Appending to first.py\n")]
     assert plain[3] == [("stream", "stdout", "Overwriting first.py\n")]
-    assert "hello-world-in-swedish.py" in plain[5][0][2] and "other.txt" not in plain[5][0][2]
+    assert plain[4] == [("stream", "stdout", "Appending to first.py\n")]
+    assert "hello-world-in-swedish.py" in plain[6][0][2] and "other.txt" not in plain[6][0][2]
     assert "frame_pickle" not in plain[len(CELLS)][0][2] and "ex2.csv" not in plain[len(CELLS)][0][2]
     assert (tmp_path / "burst" / "out" / "tables" / "a.csv").read_text() == ",a\n0,1\n1,2\n"
 

@@ -34,6 +34,7 @@ EXTENSIONS = [
     "%%csv\ncol1,col2\n0,1\n3,4",
     "%load_ext csvmagic",
     "%reload_ext csvmagic",
+    "get_ipython().extension_manager.load_extension('csvmagic')",
     "%load_ext storemagic",
     "x = 5\n%store x",  # the store itself is the machine's profile's: %store -r on another machine finds nothing
 ]

@@ -32,8 +32,9 @@ def test_a_cell_that_does_not_compile_fails_as_in_the_kernel(burst_env, tmp_path
     cells = [LOAD]
     for cell in BAD:
         cells += [cell, "%%burst\n" + cell]
+    cells += [BAD[0], "%%burst --cores 1\n" + BAD[0]]  # with options
     outs = run_cells(cells, cwd=tmp_path)
-    for i, cell in enumerate(BAD):
+    for i, cell in enumerate([*BAD, BAD[0]]):
         plain, burst = _shown(outs[1 + 2 * i]), _shown(outs[2 + 2 * i])
         assert plain is not None and plain[0] in ("SyntaxError", "IndentationError", "TabError"), cell
         assert burst == plain, f"cell {cell!r}:\n plain {plain}\n burst {burst}"

@@ -154,11 +154,11 @@ def _split_shell(command: str) -> list[str]:
 
 
 def written_files(tree: ast.AST) -> set[str]:
-    """Files the cell's ``%%writefile`` magics write (what the cell makes, not what it reads)."""
+    """Files the cell's ``%%writefile`` (or ``%%file``) magics write."""
     found = set()
     for node in ast.walk(tree):
         call = _magic_call(node)
-        if call is not None and call[0] == "writefile" and call[1]:
+        if call is not None and call[0] in ("writefile", "file") and call[1]:  # %%file: IPython's alias of it
             found |= {w for w in call[1][0].split() if not w.startswith("-")}
     return found
 
