@@ -90,18 +90,17 @@ def subfolders(cwd: Path, limit: int = FOLDER_LIMIT) -> list[str]:
     while pending and len(found) < limit:
         rel = pending.pop(0)
         try:
-            with os.scandir(cwd / rel if rel else cwd) as entries:
-                names = sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+            with os.scandir(cwd / rel if rel else cwd) as scan:
+                entries = list(scan)
         except OSError:
             continue
-        for name in names:
-            if name.startswith(".") or name in _NOT_RESULTS or "\\" in name:
-                continue
-            sub = f"{rel}/{name}" if rel else name
-            if (cwd / sub / "pyvenv.cfg").exists():
-                continue
-            found.append(sub)
-            pending.append(sub)
+        if rel and any(e.name == "pyvenv.cfg" for e in entries):  # an environment: neither it nor what it holds
+            found.remove(rel)
+            continue
+        for name in sorted(e.name for e in entries if e.is_dir(follow_symlinks=False)):
+            if not (name.startswith(".") or name in _NOT_RESULTS or "\\" in name):
+                found.append(f"{rel}/{name}" if rel else name)
+                pending.append(found[-1])
     return found[:limit]
 
 
