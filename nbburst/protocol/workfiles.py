@@ -23,6 +23,7 @@ needs ``out/`` as much as ``read_csv("data/a.csv")`` needs the file.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import urllib.parse
@@ -87,8 +88,10 @@ def subfolders(cwd: Path, limit: int = FOLDER_LIMIT) -> list[str]:
     ``__pycache__``, ``node_modules``), nor what lies below them; links are not followed."""
     found: list[str] = []
     pending = [""]
+    scanned: set[str] = set()
     while pending and len(found) < limit:
         rel = pending.pop(0)
+        scanned.add(rel)
         try:
             with os.scandir(cwd / rel if rel else cwd) as scan:
                 entries = list(scan)
@@ -101,7 +104,9 @@ def subfolders(cwd: Path, limit: int = FOLDER_LIMIT) -> list[str]:
             if not (name.startswith(".") or name in _NOT_RESULTS or "\\" in name):
                 found.append(f"{rel}/{name}" if rel else name)
                 pending.append(found[-1])
-    return found[:limit]
+    # the ones the limit left unlisted may be environments too: looked at one by one, up to the limit
+    kept = (rel for rel in found if rel in scanned or not (cwd / rel / "pyvenv.cfg").exists())
+    return list(itertools.islice(kept, limit))
 
 
 @dataclass
