@@ -67,12 +67,14 @@ def test_an_extension_a_cell_loads_is_loaded_in_the_kernel(burst_env, tmp_path, 
 
 
 @pytest.mark.timeout(600)
-def test_the_machines_shell_has_the_kernels_magics(burst_env, tmp_path):
+@pytest.mark.parametrize("session", [False, True], ids=["own-machine", "session"])
+def test_the_machines_shell_has_the_kernels_magics(burst_env, tmp_path, session):
     """%lsmagic lists the same magics on the machine (ipykernel's %autosave, storemagic's %store) but nbburst's:
     a machine runs no burst of its own."""
     cells = ["%lsmagic", "%%burst\n%lsmagic", "%%burst\n%autosave 0"]
-    pairs, after = run_pairs(["%autosave 0"], tmp_path, tuple(cells))
+    pairs, after = run_pairs(["%autosave 0"], tmp_path, tuple(cells), session)
     assert_same(pairs, ["%autosave 0"])
     plain, burst = after[0]["outputs"][0][2], after[1]["outputs"][0][2]
     assert "%autosave" in burst and "%store" in burst and "%connect_info" in burst
     assert plain.replace("  %burst", "").replace("  %%burst", "") == burst
+    assert ("stream", "stdout", "Autosave disabled\n") in after[2]["outputs"]  # ipykernel's, imported where called

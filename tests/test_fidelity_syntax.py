@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from support import jobs_in
 from support.nbrun import error, run_cells
-from support.pairs import LOAD
+from support.pairs import LOAD, SESSION
 
 BAD = [
     "for i in range(3):\nprint(i)",  # IndentationError: expected an indented block
@@ -28,14 +29,15 @@ def _shown(outputs: list[dict]) -> tuple[str, str, str] | None:
     return found and (found[0], found[1], re.sub(r"In\[\d+\]", "In[n]", found[2]))
 
 
-def test_a_cell_that_does_not_compile_fails_as_in_the_kernel(burst_env, tmp_path):
-    cells = [LOAD]
+@pytest.mark.parametrize("session", [False, True], ids=["own-machine", "session"])
+def test_a_cell_that_does_not_compile_fails_as_in_the_kernel(burst_env, tmp_path, session):
+    cells = [LOAD, SESSION if session else "pass"]
     for cell in BAD:
         cells += [cell, "%%burst\n" + cell]
     cells += [BAD[0], "%%burst --cores 1\n" + BAD[0]]  # with options
-    outs = run_cells(cells, cwd=tmp_path)
+    outs = run_cells([*cells, "%burst session stop" if session else "pass"], cwd=tmp_path)
     for i, cell in enumerate([*BAD, BAD[0]]):
-        plain, burst = _shown(outs[1 + 2 * i]), _shown(outs[2 + 2 * i])
+        plain, burst = _shown(outs[2 + 2 * i]), _shown(outs[3 + 2 * i])
         assert plain is not None and plain[0] in ("SyntaxError", "IndentationError", "TabError"), cell
         assert burst == plain, f"cell {cell!r}:\n plain {plain}\n burst {burst}"
         assert "Traceback" not in burst[2]
