@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+import uuid
 
 from nbburst.testing.compute import catalog as cat
 from nbburst.testing.compute.instance import Instance, stock_path, write_nvidia_smi
@@ -248,13 +249,22 @@ class LifecycleMixin:
             self._cond.notify_all()
 
     def _remove(self, inst: Instance) -> None:
+        """Forget the instance at once; its metadata server and its folder go in the background. Callers hold
+        the emulator's lock, which every API call and every other instance's change waits for, and deleting a
+        disk that holds a virtual environment takes long. The folder is renamed first, so an instance of the
+        same name inserted next starts on a fresh one; nothing waits for its deletion, not even stop()."""
         with self._lock:
             self._instances.pop((inst.project, inst.zone, inst.name), None)
             inst.deleted = True
             self._cond.notify_all()
-        if inst.metadata:
-            inst.metadata.stop()
-        shutil.rmtree(inst.dir, ignore_errors=True)
+            if inst.metadata:
+                self._spawn(inst.metadata.stop)
+            trash = inst.dir.with_name(f"{inst.dir.name}.deleted-{uuid.uuid4().hex[:8]}")
+            try:
+                inst.dir.rename(trash)
+            except FileNotFoundError:
+                return
+        threading.Thread(target=shutil.rmtree, args=(trash, True), daemon=True, name="compute-emulator-rm").start()
 
     def _monitor(self) -> None:
         while not self._closed.wait(0.1):
