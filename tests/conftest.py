@@ -7,6 +7,35 @@ from nbburst.config import load
 pytest_plugins = ["nbburst.testing.pytest_plugin"]
 
 
+#: The tests that run longest on a 2-core machine, longest first (from CI's --durations). They start before the
+#: rest so that under ``pytest -n 2 --dist worksteal`` (scripts/test) none is left running alone at the end of
+#: the run, with the other worker idle: the other worker takes the short tests, and whichever ends first takes
+#: what is still queued on the other. A name here that no longer exists only loses its place.
+LONG_FIRST = (
+    "tests/test_gce_first_run.py::test_first_run_from_a_stock_image_then_the_stored_environment",
+    "tests/test_smoke.py::test_the_smoke_run_checks_a_project_step_by_step",
+    "tests/test_notebook_corpus.py::test_a_notebook_gives_the_same_results_under_burst[pydata-book/ch09]",
+    "tests/test_image_build.py::test_build_an_image_and_boot_a_job_from_it",
+    "tests/test_notebook_corpus.py::test_a_notebook_gives_the_same_results_under_burst[pydata-book/ch10]",
+    "tests/test_notebook_corpus.py::test_a_notebook_gives_the_same_results_under_burst[pydata-book/ch06]",
+    "tests/test_gce_package_index.py::test_the_vm_installs_from_the_configured_package_index",
+    "tests/test_notebook_corpus.py::test_a_notebook_gives_the_same_results_under_burst[pandas-tutorial/02 - Data "
+    "structures]",
+    "tests/test_budget.py::test_a_budget_stops_a_job_and_its_workers",
+    "tests/test_budget.py::test_a_budget_stops_a_job_on_compute_engine",
+    "tests/test_lab_browser.py::test_job_view_cancels_while_the_cell_waits_and_survives_a_restart",
+    "tests/test_gce_first_run.py::test_with_nothing_configured_a_job_boots_debian_12",
+    "tests/test_lab_browser.py::test_sidebar_follows_and_cancels_jobs",
+    "tests/test_notebook_corpus.py::test_a_notebook_gives_the_same_results_under_burst[matplotlib-course/01-introduction]",
+)
+
+
+@pytest.hookimpl(trylast=True)  # after any plugin that reorders the tests
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {nodeid: i for i, nodeid in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))  # a stable sort: the others keep their order
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--corpus",
