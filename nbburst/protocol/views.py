@@ -60,29 +60,46 @@ def _bounds(array: Any) -> tuple[int, int]:
 
 class Regions:
     """The arrays views may be rebuilt on, found by the memory they hold: first the ones the other side
-    ``held`` already (a view of them costs nothing), then the ones sent with them."""
+    ``held`` already (a view of them costs nothing), then the ones sent with them.
+
+    Arrays are grouped by what their memory belongs to; where each lies in memory is read only for a group
+    that a view asks about and that holds another array than the view (reading it costs a ctypes object per
+    array, and most arrays, a Figure's thousands among them, have memory of their own)."""
 
     def __init__(self, held: Iterable[Any], sent: Iterable[Any] = ()):
-        self._by_root: dict[int, list[tuple[tuple, Any]]] = {}
+        self._by_root: dict[int, list[tuple[int, bool, Any]]] = {}  # root -> (position, held, array)
         seen: set[int] = set()
         arrays = [(True, a) for a in held] + [(False, a) for a in sent]
         for position, (kept, array) in enumerate(arrays):
             if not plain_array(array) or array.size == 0 or id(array) in seen or 0 in array.strides:
                 continue
             seen.add(id(array))
-            low, high = _bounds(array)
-            rank = (kept, high - low, array.flags.c_contiguous, array.flags.f_contiguous, -position)
-            self._by_root.setdefault(_root(array), []).append((rank, array))
-        self._ranks = {id(a): rank for regions in self._by_root.values() for rank, a in regions}
+            self._by_root.setdefault(_root(array), []).append((position, kept, array))
+        self._ranked: dict[int, list[tuple[tuple, Any]]] = {}
+        self._ranks: dict[int, tuple] = {}
+
+    def _group(self, root: int) -> list[tuple[tuple, Any]]:
+        """The arrays of ``root``, each with its rank (held, then the largest, then a contiguous one)."""
+        ranked = self._ranked.get(root)
+        if ranked is None:
+            ranked = self._ranked[root] = []
+            for position, kept, array in self._by_root[root]:
+                low, high = _bounds(array)
+                rank = (kept, high - low, array.flags.c_contiguous, array.flags.f_contiguous, -position)
+                ranked.append((rank, array))
+                self._ranks[id(array)] = rank
+        return ranked
 
     def region_of(self, view: Any) -> Any:
         """The region holding all of ``view``'s memory that ranks above it (one held, then the largest, then
         a contiguous one: a total order, so never a cycle), or None."""
         if not self._by_root or not plain_array(view) or view.size == 0:
             return None
-        candidates = self._by_root.get(_root(view))
-        if not candidates:  # most arrays: memory of their own
+        root = _root(view)
+        members = self._by_root.get(root)
+        if not members or (len(members) == 1 and members[0][2] is view):  # most arrays: memory of their own
             return None
+        candidates = self._group(root)
         low, high = _bounds(view)
         own = self._ranks.get(id(view))
         best, best_rank = None, None
