@@ -27,7 +27,7 @@ from typing import Any
 
 #: Modules whose magics every shell has (IPython's) or that only the kernel's may have (nbburst's).
 _STAY = ("IPython.core.", "nbburst")
-KINDS = ("line", "cell")
+_KINDS = ("line", "cell")
 
 
 @dataclass(frozen=True)
@@ -107,11 +107,17 @@ def _describe(magic: Any) -> Any:
         if magic.__module__ == "__main__":
             return magic
         named = Named(magic.__module__, magic.__qualname__)
-    elif type(magic).__name__ == "MagicAlias":
+    elif isinstance(magic, _magic_alias()):
         return Alias(magic.magic_name, magic.magic_kind, magic.magic_params)
     else:
         return None
     return None if named.module.startswith(_STAY) or "<locals>" in named.qualname else named
+
+
+def _magic_alias() -> type:
+    from IPython.core.magic import MagicAlias
+
+    return MagicAlias
 
 
 def _shell() -> Any:
@@ -126,7 +132,7 @@ def current() -> dict[str, Any]:
     if shell is None:
         return {"magics": {}, "extensions": []}
     magics = {}
-    for kind in KINDS:
+    for kind in _KINDS:
         table = {name: _describe(magic) for name, magic in shell.magics_manager.magics[kind].items()}
         magics[kind] = {name: shown for name, shown in sorted(table.items()) if shown is not None}
     extensions = sorted(e for e in shell.extension_manager.loaded if not e.startswith(_STAY))
