@@ -248,10 +248,14 @@ def fingerprint(parts: list[memoryview]) -> str:
     """
     import xxhash
 
-    slices = [p[i : i + FP_CHUNK] for p in map(_bytes_view, parts) for i in range(0, max(p.nbytes, 1), FP_CHUNK)]
-    if sum(s.nbytes for s in slices) < FP_CHUNK:  # small: handing slices to threads costs more than it saves
-        leaves = [xxhash.xxh3_128_digest(s) for s in slices]
-    else:
-        leaves = _map(xxhash.xxh3_128_digest, slices)
     sizes = b"".join(p.nbytes.to_bytes(8, "little") for p in parts)
-    return xxhash.xxh3_128_hexdigest(b"".join(leaves) + sizes)
+    if sum(p.nbytes for p in parts) < FP_CHUNK:
+        # small (a Figure's pickle and its thousands of small arrays): one streaming pass, each part as it lies,
+        # then the sizes that say where each ended; handing slices to threads costs more than it saves
+        hasher = xxhash.xxh3_128()
+        for part in parts:
+            hasher.update(part)
+        hasher.update(sizes)
+        return hasher.hexdigest()
+    slices = [p[i : i + FP_CHUNK] for p in map(_bytes_view, parts) for i in range(0, max(p.nbytes, 1), FP_CHUNK)]
+    return xxhash.xxh3_128_hexdigest(b"".join(_map(xxhash.xxh3_128_digest, slices)) + sizes)
