@@ -100,9 +100,9 @@ EX7 = "a,b,c,d,message\n1,2,3,4,hello\n5,6,7,8,world\n9,10,11,12,foo\n13,14,15,1
 
 @pytest.mark.timeout(900)
 def test_open_files_readers_and_databases_move_with_the_cell(burst_env, tmp_path):
-    """An open file (text or binary, read or written, mid-iteration or closed), a csv.reader over it, pandas'
-    readers in chunks, a sqlite3 connection and cursor on a database file and a SQLAlchemy engine on it, made
-    on the machine and used in the kernel, made in the kernel and used on the machine, each reopened on that
+    """An open file (text or binary, read or written, mid-iteration or closed), a csv.reader over it, a csv.writer,
+    pandas' readers in chunks, a sqlite3 connection and cursor on a database file and a SQLAlchemy engine on it,
+    made on the machine and used in the kernel, made in the kernel and used on the machine, each reopened on that
     side's copy of the file where the other side left it."""
     (tmp_path / "ex7.csv").write_text(EX7)
     cells = [
@@ -136,9 +136,13 @@ def test_open_files_readers_and_databases_move_with_the_cell(burst_env, tmp_path
         "pd.read_sql('SELECT * FROM test', db)",
         "pd.read_sql('SELECT count(*) AS n FROM test', db)",
         "print(pd.read_sql('SELECT a FROM test', db).a.tolist())",
+        "with open('w.csv', 'w', newline='') as out:\n    cw = csv.writer(out, delimiter=';')\n    cw.writerow([1, 2])",
+        "o2 = open('w2.csv', 'w', newline='')\ncw2 = csv.writer(o2)\ncw2.writerow(['a', 'b'])",
+        "cw2.writerow([1, 2])\no2.close()",
+        "print(repr(open('w.csv', newline='').read()), out.closed, repr(open('w2.csv', newline='').read()))",
     ]
     # the kernel's own (plain cells 11, 13, 17, 22) used on the machine too
-    plain = compare(cells, {0, 1, 3, 4, 6, 8, 9, 12, 14, 15, 16, 18, 20, 23, 25, 26}, tmp_path)
+    plain = compare(cells, {0, 1, 3, 4, 6, 8, 9, 12, 14, 15, 16, 18, 20, 23, 25, 26, 28, 29, 30}, tmp_path)
     assert plain[1]["stdout"].count("\n") == 5 and plain[2]["stdout"] == "True 5\n"
     assert plain[10]["stdout"] == "one\ntwo\n w\n" and plain[17]["stdout"] == "[(2,)]\n"
 

@@ -127,3 +127,13 @@ def test_a_sqlalchemy_engine_comes_back_on_the_same_database_file(folder):
     assert str(other.url) == "sqlite:///d.sqlite" and handles.files_of(engine) == ["d.sqlite"]
     with other.connect() as connection:
         assert connection.exec_driver_sql("SELECT count(*) FROM t").fetchall() == [(0,)]
+
+
+def test_a_csv_writer_writes_on_into_the_file_it_wrote(folder):
+    f = open("w.csv", "w", newline="")  # noqa: SIM115
+    writer = csv.writer(f, delimiter=";")
+    writer.writerow(["a", "b"])
+    both = moved({"f": f, "writer": writer})
+    both["writer"].writerow([1, 2])
+    both["f"].close()
+    assert (folder / "w.csv").read_bytes() == b"a;b\r\n1;2\r\n" and handles.files_of(writer) == ["w.csv"]

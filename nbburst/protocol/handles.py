@@ -9,8 +9,8 @@ and its state, and is reopened where it lands on that side's copy of the file:
 * a file object as the same kind of object (text or binary, its mode, encoding and name) at the same
   position; what was written is flushed first, and a file opened for writing is reopened without being
   truncated (``w`` as ``r+``, keeping its ``mode``); a closed one comes back closed;
-* a ``csv.reader`` over the reopened file, its dialect and ``line_num`` kept; pandas' reader of a file in
-  chunks (``read_csv(..., chunksize=N)``) with the rows it has read;
+* a ``csv.reader`` over the reopened file, its dialect and ``line_num`` kept, a ``csv.writer`` on it;
+  pandas' reader of a file in chunks (``read_csv(..., chunksize=N)``) with the rows it has read;
 * a ``sqlite3`` connection on the database file as committed (a transaction not yet committed cannot
   move: it is said so), a cursor as one of that connection with the same columns, its rows read; a
   SQLAlchemy engine as one on the same URL (a SQLite file's being the working folder's).
@@ -34,6 +34,7 @@ from . import workfiles
 
 _FILES = (io.TextIOWrapper, io.BufferedReader, io.BufferedWriter, io.BufferedRandom, io.FileIO)
 _READER = type(csv.reader([]))
+_WRITER = type(csv.writer(io.StringIO()))
 #: csv.Dialect's settings, as csv.reader takes them.
 _DIALECT = ("delimiter", "quotechar", "escapechar", "doublequote", "skipinitialspace", "lineterminator", "quoting")
 #: A mode that truncates or creates when a file is opened, reopened on the existing file as it now is.
@@ -47,7 +48,7 @@ class Unmovable(TypeError):
 
 
 #: The handles' own types, and the names of those of libraries this module does not import.
-_TYPES = frozenset({*_FILES, _READER, sqlite3.Connection, sqlite3.Cursor})
+_TYPES = frozenset({*_FILES, _READER, _WRITER, sqlite3.Connection, sqlite3.Cursor})
 _NAMES = frozenset({"TextFileReader", "Engine"})
 
 
@@ -77,6 +78,9 @@ def reduce(obj: Any) -> Reduced:
     if isinstance(obj, _READER):
         source, dialect = _reader_parts(obj)
         return _csv_reader, (source, obj.line_num, {k: getattr(dialect, k) for k in _DIALECT})
+    if isinstance(obj, _WRITER):
+        target, dialect = _writer_parts(obj)
+        return _csv_writer, (target, {k: getattr(dialect, k) for k in _DIALECT})
     if _frame_reader(obj):
         handle = obj.handles.handle if obj.handles is not None else None
         if handle is None:
@@ -101,6 +105,8 @@ def files_of(obj: Any) -> list[str]:
             return [_relative(_name(obj))]
         if isinstance(obj, _READER):
             return files_of(_reader_parts(obj)[0])
+        if isinstance(obj, _WRITER):
+            return files_of(_writer_parts(obj)[0])
         if isinstance(obj, sqlite3.Cursor):
             return files_of(obj.connection)
         if isinstance(obj, sqlite3.Connection):
@@ -248,6 +254,20 @@ def _reader_parts(reader: Any) -> tuple[Any, Any]:
     dialect = next(x for x in found if type(x).__name__ == "Dialect")
     source = next(x for x in found if x is not dialect and not isinstance(x, type))
     return (source.source if isinstance(source, _Resumed) else source), dialect
+
+
+def _writer_parts(writer: Any) -> tuple[Any, Any]:
+    """(what a csv.writer writes to, its dialect): it holds the target's ``write`` method, which names it."""
+    import gc
+
+    found = gc.get_referents(writer)
+    dialect = next(x for x in found if type(x).__name__ == "Dialect")
+    write = next(x for x in found if x is not dialect and not isinstance(x, type))
+    return write.__self__, dialect
+
+
+def _csv_writer(target: Any, dialect: dict[str, Any]) -> Any:
+    return csv.writer(target, **dialect)
 
 
 class _Resumed:
