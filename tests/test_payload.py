@@ -204,3 +204,18 @@ def test_objects_swapped_for_lookalikes_are_a_change():
     _, back, *_ = _burst(kernel, ["pair"], cell)
     assert back["pair"] is kernel["pair"] and kernel["pair"][0] is q and kernel["pair"][1] is p
     assert kernel["p_elsewhere"] == [2] and q == [1]
+
+
+def test_inside_a_changed_input_a_big_unchanged_array_stays_home_and_a_small_one_is_the_kernels_own():
+    small, big, log = np.arange(3.0), np.arange(100_000.0), []
+    kernel = {"holder": {"small": small, "big": big, "log": log}}
+
+    def cell(ns: dict) -> dict:
+        ns["holder"]["log"].append("changed")
+        return {}
+
+    _, back, *_, size = _burst(kernel, ["holder"], cell)
+    holder = back["holder"]
+    assert holder is kernel["holder"] and holder["log"] is log == ["changed"]
+    assert holder["small"] is small and list(small) == [0.0, 1.0, 2.0] and holder["big"] is big
+    assert size < big.nbytes // 10, "the big array travelled back"

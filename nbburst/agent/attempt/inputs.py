@@ -27,6 +27,10 @@ from ..session import blobcache
 
 #: An input's fingerprint as it arrived, and those of the arrays inside it by their index in its pickle's memo.
 Arrival = tuple[str | None, dict[int, str]]
+#: An array inside an input is fingerprinted on its own from this size: a smaller one (a drawn Figure holds
+#: thousands of a few dozen bytes) is judged with the input it lies in, and goes back with it if that changed,
+#: which costs less than hashing it before and after the cell.
+ARRAY_ALONE = 1 << 10
 
 
 def arrival(
@@ -39,7 +43,8 @@ def arrival(
         return None, {}
     arrays = {}
     for index, obj in inner.items():
-        if type(obj).__name__ == "ndarray" and (array_fp := transfer.fingerprint(obj)) is not None:
+        big = type(obj).__name__ == "ndarray" and obj.nbytes >= ARRAY_ALONE
+        if big and (array_fp := transfer.fingerprint(obj)) is not None:
             arrays[index] = array_fp
     return fp, arrays
 
@@ -68,7 +73,8 @@ class Inputs:
         known: dict[str, Arrival] | None = None,
     ) -> None:
         """Fingerprint ``names`` as they are now (after loading, before the cell), and the arrays inside
-        them on their own (hashing an array is cheap: only a changed one needs to travel back); ``known``:
+        them of :data:`ARRAY_ALONE` bytes or more on their own (hashing an array is cheap: only a changed one
+        needs to travel back); ``known``:
         fingerprints a warm parent took of the same bytes, loaded the same way (:func:`arrival`).
 
         Each input is fingerprinted by its own part: the other inputs stand for themselves in its pickle
@@ -151,9 +157,9 @@ class Inputs:
                 if key in refs or key in adopt:
                     continue
                 address = (name, index)
-                # Only arrays were fingerprinted as they arrived: any other object is judged by the input whose
-                # own part it lies in (hashing each object of a graph like a Figure's on its own pickles the
-                # whole graph once per object).
+                # Only arrays of ARRAY_ALONE bytes or more were fingerprinted as they arrived: any other object is
+                # judged by the input whose own part it lies in (hashing each object of a graph like a Figure's
+                # on its own pickles the whole graph once per object).
                 if (
                     (whole and unchanged)
                     or key in proven
