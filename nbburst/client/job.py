@@ -361,12 +361,16 @@ class Job:
             return ""
 
     # -- results --------------------------------------------------------------------------
-    def outcome(self, namespace: dict[str, Any] | None = None) -> CellResult:
+    def outcome(
+        self, namespace: dict[str, Any] | None = None, before: Callable[[CellResult], None] | None = None
+    ) -> CellResult:
         """The cell's result, or raise its exception; the job must have ended.
 
         Values are unpickled for ``namespace`` (by default the one the cell was captured from, else the
         kernel's): notebook functions bind to it, unchanged inputs are its own objects, changed ones are
-        updated in it in place. Binding the names is :meth:`CellResult.merge_into`'s job."""
+        updated in it in place. Binding the names is :meth:`CellResult.merge_into`'s job. A cell that raised
+        hands ``before`` what it had bound and changed when it raised (a plain run keeps that), loaded so too,
+        before its exception is raised."""
         __tracebackhide__ = True
         state = self.state
         if state == State.SUCCEEDED:
@@ -379,19 +383,14 @@ class Job:
         if not state.terminal:
             raise JobFailed(f"job {self.label} has not finished (it is {state.value})", state.value)
         if state == State.FAILED and holds_verdict(self.folder, self.layout.error):  # not a superseded one
-            raise_remote(self.remote_error())
+            info = self.remote_error()
+            if before is not None and info.get("before") is not None:
+                before(self._load(info["before"], namespace))
+            raise_remote(info)
         reason = self.terminal().reason if self.terminal() else state.value  # type: ignore[union-attr]
         if state == State.CANCELLED:
             raise JobCancelled(f"job {self.label} was cancelled: {reason}")
         raise JobFailed(f"job {self.label} failed: {reason}")
-
-    def before_error(self, namespace: dict[str, Any] | None = None) -> CellResult | None:
-        """A cell that raised: what it had bound and changed when it raised (a plain run keeps that), loaded as
-        :meth:`outcome` loads a result; None for any other job, or a cell that raised before it ran."""
-        if self.state != State.FAILED or not holds_verdict(self.folder, self.layout.error):
-            return None
-        data = self.remote_error().get("before")
-        return None if data is None else self._load(data, namespace)
 
     def _load(self, data: Any, namespace: dict[str, Any] | None) -> CellResult:
         target = namespace if namespace is not None else self.namespace

@@ -169,10 +169,8 @@ class BurstMagics(Magics):
         if job.spec.kind == "cell":  # its files into the notebook's folder, as a plain cell leaves them
             for line in job.bring_back():
                 print(f"nbburst: {line}", file=sys.stderr)
-        before = job.before_error(self.shell.user_ns)  # a cell that raised: what it did first stays, as here
-        if before is not None:
-            self._merge(before)
-        outcome = job.outcome(self.shell.user_ns)  # raises the cell's own exception, or why there is no result
+        # raises the cell's own exception (what it did first stays, as here), or why there is no result
+        outcome = job.outcome(self.shell.user_ns, before=self._merge)
         self._merge(outcome)
         if out_shown:  # only `_` and Out[n] are left to set, as the kernel's displayhook would
             if outcome.has_last:
