@@ -107,18 +107,19 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def make_wheel(entries: list[tuple[str, bytes]], dist_info: str) -> bytes:
+def make_wheel(entries: list[tuple[str, bytes]], dist_info: str, compression: int = zipfile.ZIP_DEFLATED) -> bytes:
     """The bytes of a wheel holding ``entries`` (archive name, bytes), ``dist_info``'s METADATA and WHEEL among
-    them; its RECORD is added. Deterministic: sorted entries, fixed timestamps."""
+    them; its RECORD is added. Deterministic: sorted entries, fixed timestamps. ``compression``: a zipfile
+    method (ZIP_STORED for a wheel that never leaves this machine)."""
     entries = sorted(entries)
     record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in entries)
     entries.append((f"{dist_info}/RECORD", (record + f"{dist_info}/RECORD,,\n").encode()))
     buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+    with zipfile.ZipFile(buf, "w", compression) as zf:
         for name, data in entries:
             info = zipfile.ZipInfo(name, _EPOCH)
             info.external_attr = (0o755 if "/scripts/" in name else 0o644) << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
+            info.compress_type = compression
             zf.writestr(info, data)
     return buf.getvalue()
 
@@ -159,10 +160,10 @@ def folder_wheel(name: str, version: str, roots: list[Path], metadata_text: str 
     return wheel_name(name, version), make_wheel(entries, dist_info)
 
 
-def installed_wheel(name: str) -> tuple[str, bytes]:
+def installed_wheel(name: str, compression: int = zipfile.ZIP_DEFLATED) -> tuple[str, bytes]:
     """A wheel of the installed distribution ``name`` made from the files its RECORD lists (bytecode, and the
     scripts an installer makes from its entry points, left out): what it was built from is not needed.
-    Tagged as its WHEEL file says."""
+    Tagged as its WHEEL file says; ``compression`` as :func:`make_wheel` takes it."""
     dist = metadata.distribution(name)
     wheel_text = dist.read_text("WHEEL") or ""
     tags = [tag.split("-") for tag in re.findall(r"^Tag:\s*(\S+)", wheel_text, re.M)] or [["py3", "none", "any"]]
@@ -190,7 +191,7 @@ def installed_wheel(name: str) -> tuple[str, bytes]:
             entries.append((file.as_posix(), path.read_bytes()))
     if not dist_info:
         raise ValueError(f"{name}: its RECORD lists no .dist-info folder")
-    return wheel_name(dist.metadata["Name"], dist.version, tag), make_wheel(entries, dist_info)
+    return wheel_name(dist.metadata["Name"], dist.version, tag), make_wheel(entries, dist_info, compression)
 
 
 def _metadata_text() -> str:

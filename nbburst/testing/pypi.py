@@ -30,6 +30,7 @@ import sys
 import sysconfig
 import tarfile
 import threading
+import zipfile
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -37,6 +38,10 @@ from typing import Any
 
 from nbburst.protocol import dist, env
 from nbburst.protocol.uvprogram import uv_program
+
+#: How the wheels this index makes are compressed: not at all. They go from this machine to emulated VMs on it,
+#: so deflating them (a big distribution's wheel is built at its first request) only delays that request.
+WHEELS = zipfile.ZIP_STORED
 
 __all__ = ["PackageIndex"]
 
@@ -128,7 +133,7 @@ class PackageIndex:
         for name in names or installed:
             info = installed.get(env.normalise(name))
             if info is not None and info.origin not in ("editable", "folder", "file"):
-                self._sources.setdefault(info.name, lambda n=info.name: dist.installed_wheel(n))
+                self._sources.setdefault(info.name, lambda n=info.name: dist.installed_wheel(n, WHEELS))
 
     def add_uv(self) -> str:
         """Serve this environment's uv program (see :func:`nbburst.protocol.uvprogram.uv_program`) as uv's wheel
@@ -148,7 +153,7 @@ class PackageIndex:
             (f"{dist_info}/WHEEL", f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {tag}\n".encode()),
         ]
         file_name = dist.wheel_name("uv", version, tag)
-        self._sources["uv"] = lambda: (file_name, dist.make_wheel(entries, dist_info))
+        self._sources["uv"] = lambda: (file_name, dist.make_wheel(entries, dist_info, WHEELS))
         return version
 
     def add_python(self) -> str:
