@@ -23,9 +23,9 @@ class _ShellChannel(AsyncZMQSocketChannel):
     ZeroMQ socket. That send handles the socket's pending commands, and with them the edge of the socket's
     file descriptor that was to wake the poll awaiting execute_reply; pyzmq, bypassed, never looks again, so
     the reply waits unread until the cell timeout. nbclient sends on the shell channel while it awaits a reply
-    whenever a cell draws into an ipywidgets Output (it echoes the widget's state: rich's live display, the
-    job view), so such cells stalled now and then (jupyter/nbclient#312). Sent through the asyncio socket,
-    pyzmq checks for a waiting message after each send."""
+    whenever a cell draws into an ipywidgets Output (it echoes the widget's state: rich's live display, a
+    cell's ``with out:``), so such cells stalled now and then (jupyter/nbclient#312). Sent through the asyncio
+    socket, pyzmq checks for a waiting message after each send."""
 
     def send(self, msg: dict) -> None:
         self.socket.send_multipart(self.session.serialize(msg) + list(msg.get("buffers", [])))
