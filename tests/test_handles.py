@@ -40,6 +40,19 @@ def test_a_text_file_being_iterated_comes_back_where_it_was_and_stays_there(fold
     assert list(f) == list(other) == ["é,4\n", "5,6\n"]
 
 
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_a_big_text_file_comes_back_where_it_was_at_any_line(folder, newline):
+    """Lines of characters of one to four bytes across the decoder's chunks: wherever iteration stopped."""
+    lines = [f"{i} {'é€𝄞' * (i % 7)} {'x' * (i % 300)}" for i in range(3000)]
+    (folder / "t.txt").write_bytes(newline.join([*lines, ""]).encode())
+    for stop in (1, 17, 123, 1000, 2999, 3000):
+        f = open("t.txt", encoding="utf-8")  # noqa: SIM115
+        for _ in range(stop):
+            next(f)
+        other = moved(f)
+        assert list(other) == list(f) == [line + "\n" for line in lines[stop:]], stop
+
+
 def test_a_csv_reader_and_its_file_stay_one_pair_with_its_line_count(folder):
     (folder / "t.csv").write_text("a,b\n1,2\n3,4\n")
     f = open("t.csv")  # noqa: SIM115

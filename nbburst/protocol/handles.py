@@ -176,27 +176,49 @@ def _reduce_file(f: Any) -> Reduced:
 
 def _position(f: Any) -> int:
     """Where ``f`` is, as its ``seek`` takes it. A text file being iterated (``for line in f``, a csv.reader)
-    refuses ``tell``: its position is where the text it has not given yet begins, found by reading that text
-    and matching it against the file's bytes; ``f`` is then put back there."""
+    refuses ``tell``: its position is where the text it has decoded and not given yet begins. That text is read
+    a character at a time up to the next read from the file (a chunk at most) and matched against the bytes
+    before the file's position; where a character straddles that point, all that is left of the file is matched
+    against its end instead. ``f`` is then put back there."""
     try:
         return f.tell()
     except OSError:
         if not isinstance(f, io.TextIOWrapper):
             raise
-    rest = f.read()
-    f.buffer.seek(0, os.SEEK_END)
-    end = f.buffer.tell()
-    for newline in ("\n", "\r\n", "\r"):
-        start = end - len(rest.replace("\n", newline).encode(f.encoding, f.errors))
-        if start >= 0 and _text_from(f, start) == rest:
-            f.seek(start)
-            return start
-    raise Unmovable("its position in the text it is reading cannot be told")
+    taken = f.buffer.tell()  # the bytes the decoder has had
+    read = []
+    while f.buffer.tell() == taken and (char := f.read(1)):
+        read.append(char)
+    pending = "".join(read[:-1] if f.buffer.tell() != taken else read)
+    start = _start_of(f, pending, taken)
+    if start is None:
+        rest = "".join(read) + f.read()
+        start = _start_of(f, rest, f.buffer.tell())
+    if start is None:
+        raise Unmovable("its position in the text it is reading cannot be told")
+    f.seek(start)
+    return start
 
 
-def _text_from(f: io.TextIOWrapper, start: int) -> str:
-    f.buffer.seek(start)
-    return io.TextIOWrapper(io.BytesIO(f.buffer.read()), encoding=f.encoding, errors=f.errors).read()
+def _start_of(f: io.TextIOWrapper, text: str, end: int) -> int | None:
+    """Where the bytes that decode to ``text`` and end at ``end`` begin (newlines as the file may have them);
+    the file's buffer is left where it was."""
+    here = f.buffer.tell()
+    try:
+        for newline in ("\n", "\r\n", "\r"):
+            start = end - len(text.replace("\n", newline).encode(f.encoding, f.errors))
+            if start < 0:
+                continue
+            f.buffer.seek(start)
+            raw = f.buffer.read(end - start)
+            try:
+                if io.TextIOWrapper(io.BytesIO(raw), encoding=f.encoding, errors=f.errors).read() == text:
+                    return start
+            except UnicodeError:  # not there: the bytes would start or end inside a character
+                continue
+        return None
+    finally:
+        f.buffer.seek(here)
 
 
 def _stamp(rel: str) -> tuple[int, int] | None:
