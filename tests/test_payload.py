@@ -219,3 +219,16 @@ def test_inside_a_changed_input_a_big_unchanged_array_stays_home_and_a_small_one
     assert holder is kernel["holder"] and holder["log"] is log == ["changed"]
     assert holder["small"] is small and list(small) == [0.0, 1.0, 2.0] and holder["big"] is big
     assert size < big.nbytes // 10, "the big array travelled back"
+
+
+def test_an_input_the_cell_rebinds_after_changing_it_comes_back_inside_the_inputs_that_hold_it():
+    inner: dict = {"x": [0]}
+    kernel = {"outer": {"inner": inner}, "inner": inner}
+
+    def cell(ns: dict) -> dict:
+        ns["outer"]["inner"]["x"].append(1)  # the old object changes...
+        ns["inner"] = None  # ...and its name no longer holds it
+        return {"inner": None}
+
+    _, back, *_ = _burst(kernel, ["outer", "inner"], cell)
+    assert back["inner"] is None and kernel["outer"]["inner"]["x"] == [0, 1]

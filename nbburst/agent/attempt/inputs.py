@@ -101,6 +101,18 @@ class Inputs:
         """Right before the cell's code: the kernel's process state takes effect."""
         self.tracker.begin()
 
+    def _carry_rebound(self, ns: dict[str, Any], verdicts: dict[str, bool]) -> None:
+        """An input the cell changed and then unbound (``inner = None``) no longer goes back by its name: it
+        goes back inside the inputs whose own part holds it, which its fingerprint stood for, so those count as
+        changed."""
+        moved = [obj for name, (obj, _) in self.arrived.items() if ns.get(name) is not obj and not verdicts[name]]
+        if not moved:
+            return
+        others = [o for o in self.others if not any(o is m for m in moved)]
+        for name, (obj, _) in self.arrived.items():
+            if verdicts[name] and name in self.walked and _reaches(obj, others, moved):
+                verdicts[name] = False
+
     def held(self) -> list[Any]:
         """The watched inputs and the objects inside them, as they arrived."""
         return [
@@ -145,8 +157,11 @@ class Inputs:
                 if unchanged:
                     proven.update(kept)
             verdicts[name] = unchanged
+        self._carry_rebound(ns, verdicts)
+        for name, (obj, _) in self.arrived.items():
             if ns.get(name) is not obj:
                 continue
+            unchanged = verdicts[name]
             (refs if unchanged else adopt)[id(obj)] = name
             if not unchanged and name not in outputs and (self.returns is None or name in self.returns):
                 changed[name] = obj
@@ -169,6 +184,13 @@ class Inputs:
                 else:
                     adopt[key] = address
         return {**changed, **outputs}, refs, adopt
+
+
+def _reaches(value: Any, others: list[Any], targets: list[Any]) -> bool:
+    """Whether ``value``'s own part (``others`` standing for themselves) holds one of ``targets``."""
+    walked: dict[int, int] = {}
+    transfer.fingerprint(value, others, walked)
+    return any(id(target) in walked for target in targets)
 
 
 def load(store: Store, layout: JobLayout, spec: JobSpec, ns: dict[str, Any]) -> Inputs:
