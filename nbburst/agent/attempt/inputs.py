@@ -74,8 +74,8 @@ class Inputs:
     ) -> None:
         """Fingerprint ``names`` as they are now (after loading, before the cell), and the arrays inside
         them of :data:`ARRAY_ALONE` bytes or more on their own (hashing an array is cheap: only a changed one
-        needs to travel back); ``known``:
-        fingerprints a warm parent took of the same bytes, loaded the same way (:func:`arrival`).
+        needs to travel back); ``known``: fingerprints a warm parent took of the same bytes, loaded the same
+        way (:func:`arrival`).
 
         Each input is fingerprinted by its own part: the other inputs stand for themselves in its pickle
         (:func:`transfer.fingerprint`), so objects two inputs reach (a Figure and its Axes reach each other)
