@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from cryptography.exceptions import InvalidTag
-from support import held_cell, wait_until
+from support import held_cell, unreachable_push, wait_until
 
 from nbburst.agent.session.relay import IDLE_POLL_SECONDS, POLL_SECONDS, STORE_BUSY_SECONDS, Relay
 from nbburst.client.burst import Burst
@@ -241,12 +241,7 @@ def test_cells_are_pushed_to_a_session_vm_and_go_through_the_store_when_it_canno
     assert "handed over from the push channel" in machines.console(session.machine)
     assert session.ask({})["pid"] == ns["parent"]
 
-    path = burst.sessions.folder / f"{session.name}.json"  # the VM's channel announced where nothing listens
-    with socket.create_server(("127.0.0.1", 0)) as closed:
-        port = closed.getsockname()[1]
-    record = json.loads(path.read_text())
-    record["push"] = {**record["push"], "host": "127.0.0.1", "port": port}
-    path.write_text(json.dumps(record))
+    unreachable_push(burst.sessions.folder, session.name)
     job = run(burst, PARENT + "b = 2", ns)
     assert job.state == State.SUCCEEDED and ns["b"] == 2, job.logs()
     assert "handed over from the Store" in machines.console(session.machine)

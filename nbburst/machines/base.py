@@ -148,6 +148,14 @@ class Machines(abc.ABC):
         Raises as ``launch`` does; the default refuses (no sessions)."""
         raise _no_sessions(self.backend)
 
+    def wake_session(self, name: str, value: str) -> None:
+        """Tell the relay of session machine ``name`` (a ``"mailbox"`` transport's) that a request waits in the
+        Store: set the machine's wake attribute (``sessionwire.WAKE_ATTRIBUTE``) to ``value``, new each time. A
+        quiet session's relay lists the Store only now and then and holds a read on that attribute, which returns
+        when it changes: the request is taken at once, with no Store polling. Raises as ``launch`` does; the
+        default refuses (no mailbox sessions)."""
+        raise _no_sessions(self.backend)
+
     def ensure_watcher(self, store: Store, spec: JobSpec) -> str | None:
         """Make sure something on the cloud's side relaunches job ``spec`` of ``store`` after a preemption while
         no notebook runs (on Compute Engine, the Store's watcher VM); what was done. Called after each launch; the

@@ -36,6 +36,9 @@ from . import sealed
 
 #: What a request asks: run a cell's attempt, say the state, stop the session.
 CELL, STATE, STOP = "cell", "state", "stop"
+#: The session VM's instance attribute the client changes after writing a request to the Store while the session
+#: is quiet: its relay, then listing the requests only now and then, holds a hanging read on it and lists at once.
+WAKE_ATTRIBUTE = "nbburst-wake"
 _NONCE_BYTES = 12
 
 

@@ -200,6 +200,9 @@ class _Handler(BaseHTTPRequestHandler):
         with md._cond:
             status, ctype, body = md._render(parts, query)
             etag = _etag(body)
+            # https://cloud.google.com/compute/docs/metadata/querying-metadata#waitforchange: a hanging GET answers
+            # when the value changes, at once when last_etag is not the current value's ETag (sent in the ETag
+            # header), and with the current value when timeout_sec passes first.
             if wait and status == 200:
                 base = query.get("last_etag") or etag
                 timeout = float(query.get("timeout_sec") or md.wait_timeout)

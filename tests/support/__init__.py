@@ -111,3 +111,17 @@ def held_call(started: str, value: Any = None) -> Any:
         while True:
             time.sleep(0.1)
     return value
+
+
+def unreachable_push(folder: Path, name: str) -> None:
+    """Make the session ``name`` (its record in the sessions' ``folder``) announce its VM's push channel where
+    nothing listens, as when no firewall rule admits the notebook: its cells then go through the Store."""
+    import json
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]
+    path = folder / f"{name}.json"
+    record = json.loads(path.read_text())
+    record["push"] = {**record["push"], "host": "127.0.0.1", "port": port}
+    path.write_text(json.dumps(record))

@@ -19,9 +19,16 @@ is not the session's, misplaced, or for an earlier boot of the machine), and
 When the client left its certificate in the session's folder, the relay also listens on a TCP port of the VM's
 address with mutual TLS (:mod:`nbburst.protocol.sessionpush`) and announces it in ``state.json``: a request sent
 down that channel is opened exactly as one from the Store and answered at once, and a cell's connection to the warm
-parent is carried back up it, so its wakeups and its end reach the client by push. Once the channel is in use the
-listing of the mailbox slows to :data:`IDLE_POLL_SECONDS` (a few Store operations a minute on an idle session), and
-speeds up again while requests come through the Store (a client that cannot reach the VM).
+parent is carried back up it, so its wakeups and its end reach the client by push.
+
+An idle session costs a few Store operations a minute: once no request came through the Store for
+:data:`STORE_BUSY_SECONDS`, the relay lists the mailbox only every :data:`IDLE_POLL_SECONDS`, and speeds up again
+while requests come through it. A client that cannot reach the push channel is not left waiting for that slow
+listing: after writing a request to the Store while the session is quiet, it changes the instance's wake attribute
+(:data:`~nbburst.protocol.sessionwire.WAKE_ATTRIBUTE`, with instances.setMetadata), on which the relay holds a
+hanging read of the metadata server (its documented wait-for-change): the relay lists at once. Without that
+attribute to watch (a metadata server that does not answer), the relay keeps listing every :data:`POLL_SECONDS`
+until a request comes by push.
 
 The session's secret comes as the job key of a job VM does (Secret Manager, read
 by the bootstrap into ``$NBBURST_HOME/job-key``); its limits (idle, until,
@@ -45,7 +52,7 @@ from typing import Any
 
 from ...protocol import sealed, sessionpush, sessionwire
 from ...protocol.job import ENV_ATTEMPT, attempt_tag, split_job_url
-from ...protocol.metadata import metadata
+from ...protocol.metadata import host, metadata
 from ...store import NotFound, Store, open_store
 from ..machine import envsync, gce
 from .parent import ENV_TOKEN
@@ -53,10 +60,15 @@ from .parent import ENV_TOKEN
 #: How often the relay lists the session's requests: what a cell's start waits at most, besides the Store
 #: (``$NBBURST_SESSION_POLL`` on the VM sets it).
 POLL_SECONDS = float(os.environ.get("NBBURST_SESSION_POLL", "0.3"))
-#: How often it lists them once the client pushes its requests (a client that cannot push is one listing late).
-IDLE_POLL_SECONDS = 20.0
-#: How long after a request came through the Store the relay keeps listing every :data:`POLL_SECONDS`.
-STORE_BUSY_SECONDS = 120.0
+#: How often it lists them once the session is quiet and a client's request reaches the relay without the listing
+#: (pushed, or announced by the wake attribute) (``$NBBURST_SESSION_IDLE_POLL`` on the VM sets it).
+IDLE_POLL_SECONDS = float(os.environ.get("NBBURST_SESSION_IDLE_POLL", "20"))
+#: How long after a request came through the Store the relay keeps listing every :data:`POLL_SECONDS`
+#: (``$NBBURST_SESSION_BUSY`` on the VM sets it).
+STORE_BUSY_SECONDS = float(os.environ.get("NBBURST_SESSION_BUSY", "120"))
+#: How long each hanging read of the wake attribute may wait before the metadata server answers anyway (whole
+#: seconds, as its ``timeout_sec`` is documented).
+WAKE_WAIT_SECONDS = 300
 #: How long the warm parent may take to answer on its control socket (it answers once warm).
 ASK_SECONDS = 60.0
 #: How long a client on the push channel may take to send its request once connected.
@@ -84,6 +96,9 @@ class Relay:
         self.push: dict[str, Any] = {}  # what the state announces of the push channel (host, port, cert)
         self.pushed = False  # a request came down the push channel on this boot
         self.stored_at = time.monotonic()  # when a request last came through the Store
+        self.wakeable = False  # the wake attribute is watched: a client writing to the Store changes it
+        self.woken = threading.Event()  # it changed: list the requests now
+        self.over = threading.Event()  # the relay ends: the watch of the wake attribute too
 
     def _send(self, path: str, request: dict[str, Any], timeout: float) -> socket.socket:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -117,9 +132,38 @@ class Relay:
         return fresh
 
     def poll_seconds(self) -> float:
-        """How long until the next listing: short unless the client pushes and the Store has been quiet."""
+        """How long until the next listing: short unless the Store has been quiet and a client's request reaches
+        the relay without it (pushed, or announced by the wake attribute)."""
         quiet = time.monotonic() - self.stored_at > STORE_BUSY_SECONDS
-        return IDLE_POLL_SECONDS if self.pushed and quiet else POLL_SECONDS
+        return IDLE_POLL_SECONDS if quiet and (self.pushed or self.wakeable) else POLL_SECONDS
+
+    def watch_wake(self, host: str) -> None:
+        """Hanging reads of the instance's wake attribute on the metadata server at ``host``: each change sets
+        :attr:`woken`. A failed read makes the relay list fast until a read succeeds again; an attribute that is
+        not there (an instance the client cannot wake) ends the watch."""
+        url = f"http://{host}/computeMetadata/v1/instance/attributes/{sessionwire.WAKE_ATTRIBUTE}"
+        etag: str | None = None
+        while not self.over.is_set():
+            # https://cloud.google.com/compute/docs/metadata/querying-metadata#waitforchange: with last_etag the
+            # server answers at once when the value's ETag differs, else when it changes or timeout_sec passes.
+            query = "" if etag is None else f"?wait_for_change=true&last_etag={etag}&timeout_sec={WAKE_WAIT_SECONDS}"
+            status, found = _read_etag(url + query, WAKE_WAIT_SECONDS + 10)
+            if status == 404:
+                self.wakeable = False
+                _log(f"no {sessionwire.WAKE_ATTRIBUTE} attribute: it lists the requests every {POLL_SECONDS} s")
+                return
+            if status != 200 or not found:  # a 503 while the host is maintained, or no answer: fast until it is back
+                self.wakeable = False
+                self.over.wait(1.0)
+                continue
+            if etag is None:
+                _log(
+                    f"watching the {sessionwire.WAKE_ATTRIBUTE} attribute: quiet, it lists every {IDLE_POLL_SECONDS} s"
+                )
+            elif found != etag:
+                _log(f"woken by the {sessionwire.WAKE_ATTRIBUTE} attribute")
+                self.woken.set()
+            etag, self.wakeable = found, True
 
     def step(self) -> None:
         """Carry every request not seen yet."""
@@ -220,6 +264,22 @@ class Relay:
             raw.close()
 
 
+def _read_etag(url: str, timeout: float) -> tuple[int, str | None]:
+    """The metadata server's status for ``url`` and the ETag of the value (None on a failure)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, headers={"Metadata-Flavor": "Google"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            resp.read()
+            return resp.status, resp.headers.get("ETag")
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+    except OSError:
+        return 0, None
+
+
 def _settings() -> dict[str, Any]:
     raw = metadata(f"instance/attributes/{METADATA_KEY}", timeout=5.0)
     if not raw:
@@ -256,6 +316,8 @@ def main(argv: list[str]) -> int:
     relay = Relay(open_store(root), session_id, bytes.fromhex(key_hex), boot, folder)
     envsync.store_built(relay.store, session_id, relay.secret)  # what the bootstrap built: the next VM unpacks it
     _open_push(relay)
+    if (server := host()) is not None:
+        threading.Thread(target=relay.watch_wake, args=(server,), name="nbburst-wake", daemon=True).start()
     command = [sys.executable, "-m", "nbburst.agent.session.parent", relay.cells, "--control", relay.control]
     command += ["--idle", str(settings["idle"]), "--until", str(settings["until"])]
     if settings.get("preload"):
@@ -278,8 +340,11 @@ def main(argv: list[str]) -> int:
                 _log(f"listing requests failed: {type(exc).__name__}: {exc}")
             due = time.monotonic() + relay.poll_seconds()
             while parent.poll() is None and time.monotonic() < due:
-                time.sleep(min(POLL_SECONDS, max(0.0, due - time.monotonic())))
+                if relay.woken.wait(min(POLL_SECONDS, max(0.0, due - time.monotonic()))):
+                    relay.woken.clear()  # a request waits in the Store: list now
+                    break
     finally:
+        relay.over.set()
         if parent.poll() is None:
             parent.terminate()
         _log(f"warm parent ended with status {parent.wait()}")

@@ -11,7 +11,10 @@ When the relay announces a push channel (:mod:`nbburst.protocol.sessionpush`) an
 sealed request goes down a mutually authenticated TLS connection instead, with the job's objects, and the objects
 the cell's controller writes come back up it (:mod:`nbburst.protocol.overlay`): neither side waits on the Store for
 the cell, whose record the VM writes behind it. When the channel cannot be reached (a firewall, an address the
-notebook has no route to), the job and the request are written to the Store as before.
+notebook has no route to), the job and the request are written to the Store as before. A session quiet for a while
+has a relay that lists the Store only now and then: a request written there after :data:`QUIET_SECONDS` without one
+also changes the VM's wake attribute (:meth:`~nbburst.machines.base.Machines.wake_session`), on which the relay
+waits, so it is taken at once.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -55,6 +59,11 @@ RETRY_SECONDS = 300.0
 #: How long a pushed cell's channel may say nothing (a running cell's controller writes its heartbeat more often)
 #: before the notebook takes it for cut off (a VM gone without closing it) and reads the job from the Store.
 SILENT_SECONDS = 60.0
+#: How long after its last request through the Store the client wakes the relay for the next one: well within the
+#: relay's ``STORE_BUSY_SECONDS`` (agent/session/relay.py), after which it lists the Store only now and then.
+QUIET_SECONDS = 60.0
+#: When (monotonic) each session's client last wrote a request to the Store, or its VM took cells, by session id.
+_stored: dict[str, float] = {}
 #: Until when (monotonic) the push channel of each session's boot is not tried again, after it could not be reached.
 _unreachable: dict[tuple[str, int], float] = {}
 #: Blobs each session's cells found in the Store or had written there: a later cell does not ask again.
@@ -147,6 +156,7 @@ class MailboxTransport(Transport):
             raise
         record.push = found.get("push") or {}
         save(record)
+        _stored[record.session_id] = time.monotonic()  # a relay that has just started lists the Store often
 
     def _dial(self, record: SessionRecord) -> ssl.SSLSocket | None:
         """A connection to the push channel of the session's current boot, or None when there is none to reach."""
@@ -214,7 +224,7 @@ class MailboxTransport(Transport):
             if pushed[1].get("answers") == place:
                 return pushed[1]
         with contextlib.suppress(AlreadyExists):  # one the relay already took off the channel is answered once
-            self._store(record).create(place, raw)
+            self._post(record, place, raw)
         return self._wait(record, lambda s: s.get("answers") == place, ASK_SECONDS, "answer")
 
     def cell_store(self, session: Session, store: Store, layout: JobLayout) -> Store:
@@ -262,7 +272,21 @@ class MailboxTransport(Transport):
     def _through_store(self, session: Session, job: Job, attempt: int) -> None:
         """Hand the attempt over through the Store, in a request of its own (the relay takes each place once)."""
         place, raw = self._seal(session.record, sessionwire.CELL, **self._cell(job, attempt))
-        self._store(session.record).create(place, raw)
+        self._post(session.record, place, raw)
+
+    def _post(self, record: SessionRecord, place: str, raw: bytes) -> None:
+        """Write a sealed request to the Store; after :data:`QUIET_SECONDS` without one, wake the relay too (it
+        then lists the Store only now and then). Waking is a shortcut: when it fails, the slow listing takes the
+        request."""
+        self._store(record).create(place, raw)
+        now = time.monotonic()
+        last, _stored[record.session_id] = _stored.get(record.session_id), now
+        if last is not None and now - last < QUIET_SECONDS:
+            return
+        try:
+            self.burst.machines(record.backend).wake_session(record.machine, place.rsplit("/", 1)[-1])
+        except Exception as exc:  # the Compute API refused or failed: the relay's next listing finds the request
+            print(f"nbburst: could not wake session {record.name!r}: {exc}", file=sys.stderr)
 
     def up(self, session: Session) -> bool:
         """Whether the session's VM of its current boot runs and its relay has said it takes cells: its push

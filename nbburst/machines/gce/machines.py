@@ -46,7 +46,7 @@ from typing import Any
 
 from ... import config
 from ...errors import BurstError, NotPermitted, UsageError
-from ...protocol import budget, dist, envcache, pricing, signing
+from ...protocol import budget, dist, envcache, pricing, sessionwire, signing
 from ...protocol.job import JobLayout, JobSpec, Resources, job_url, split_job_url
 from ...store import NotFound
 from ..base import (
@@ -393,6 +393,7 @@ class GCEMachines(Machines):
             items = {i.key: i.value for i in resource.metadata.items if i.key != "shutdown-script"}
             items["startup-script"] = vm.session_startup_script()
             items["nbburst-session"] = json.dumps(settings)
+            items[sessionwire.WAKE_ATTRIBUTE] = "0"  # there from the start: the relay's hanging read waits on it
             resource.metadata = gce_api.instance_metadata(items)
             resource.scheduling.instance_termination_action = "DELETE"
             resource.scheduling.max_run_duration = compute_v1.Duration(
@@ -604,24 +605,34 @@ class GCEMachines(Machines):
         return name
 
     def _set_attempt(self, inst: Any, zone: str, attempt: int) -> None:
+        what = "updating the VM's metadata"
+        self.api.wait(self._set_item(inst, zone, "nbburst-attempt", str(attempt), what), what, zone=zone)
+
+    def _set_item(self, inst: Any, zone: str, key: str, value: str, what: str) -> Any:
+        """Set one attribute of the instance's metadata, keeping the others; the operation. setMetadata replaces
+        them all and takes the current fingerprint: a stale one is refused with 412 conditionNotMet, so the
+        instance is read again and the change retried
+        (https://cloud.google.com/compute/docs/metadata/setting-custom-metadata)."""
         from google.api_core import exceptions as gexc
         from google.cloud import compute_v1
 
         for _ in range(3):
-            items = [
-                compute_v1.Items(key=i.key, value=i.value) for i in inst.metadata.items if i.key != "nbburst-attempt"
-            ]
-            items.append(compute_v1.Items(key="nbburst-attempt", value=str(attempt)))
+            items = [compute_v1.Items(key=i.key, value=i.value) for i in inst.metadata.items if i.key != key]
+            items.append(compute_v1.Items(key=key, value=value))
             metadata = compute_v1.Metadata(fingerprint=inst.metadata.fingerprint, items=items)
-            what = "updating the VM's metadata"
             try:
-                op = self.api.set_metadata(zone, inst.name, metadata, what)
+                return self.api.set_metadata(zone, inst.name, metadata, what)
             except gexc.PreconditionFailed:
                 inst = self.api.instance(zone, inst.name)
-                continue
-            self.api.wait(op, what, zone=zone)
-            return
         raise BurstError(f"could not update the metadata of {inst.name}: it kept changing")
+
+    def wake_session(self, name: str, value: str) -> None:
+        """Change the session VM's wake attribute, on which its relay holds a hanging read (agent/session/relay.py);
+        the operation is not waited for: the relay sees the value once Compute Engine has applied it. Nothing when
+        the VM is gone (the client finds that out by itself)."""
+        found = self._get(name)
+        if found is not None:
+            self._set_item(found[0], found[1], sessionwire.WAKE_ATTRIBUTE, value, "waking the session's relay")
 
     def delete(self, name: str, *, wait: bool = False) -> None:
         found = self._get(name)

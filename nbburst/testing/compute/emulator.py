@@ -548,16 +548,28 @@ class ComputeEmulator(LifecycleMixin):
         with self._lock:
             inst = self._get(project, zone, name)
             meta = inst.resource["metadata"]
+            # The fingerprint is the current one or the request fails with 412 conditionNotMet, and every change
+            # makes a new one (https://cloud.google.com/compute/docs/metadata/setting-custom-metadata; the
+            # reference of instances.setMetadata, Metadata.fingerprint).
             if body.get("fingerprint") != meta["fingerprint"]:
                 raise ComputeError(
                     412, "conditionNotMet", "Supplied fingerprint does not match current metadata fingerprint."
                 )
             meta["items"] = check_metadata_items(body.get("items"))
             meta["fingerprint"] = fingerprint()
-            inst.metadata.set("instance/attributes", {i["key"]: i["value"] for i in meta["items"]})
             op = self._new_op(inst, "setMetadata", request_id)
-            self._finish(op)
+            self._spawn(self._run_set_metadata, inst, op)
             return copy.deepcopy(op)
+
+    def _run_set_metadata(self, inst: Instance, op: dict) -> None:
+        """The change reaches the guest's metadata server as the operation ends, never sooner: the API applies it
+        in the operation it returns (https://cloud.google.com/compute/docs/metadata/setting-custom-metadata)."""
+        self._pause(self.operation_delay)
+        with self._lock:
+            if inst.metadata is not None and not inst.deleted:
+                attributes = {i["key"]: i["value"] for i in inst.resource["metadata"]["items"]}
+                inst.metadata.set("instance/attributes", attributes)
+        self._finish(op)
 
     def api_set_labels(self, project: str, zone: str, name: str, body: dict, request_id: str | None = None) -> dict:
         with self._lock:
