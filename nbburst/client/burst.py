@@ -97,6 +97,7 @@ class Burst:
             cap.imports,
         )
         job.namespace = cap.namespace
+        job.replayable = cap.replayable
         job.imports_ahead = importahead.start(code)
         return job
 

@@ -36,6 +36,7 @@ from ..protocol.dist import imported_names
 from ..protocol.imports import loaded_submodules
 from ..protocol.transfer import names_in
 from .cellcode import check_syntax, dynamic, embedded, extensions_named, magics_used, shell_words, written_files
+from .replay import definitions
 
 # IPython's input and output history: rebound by IPython at every cell, never brought back; sent, as the
 # kernel's, only to a cell that reads them (``_ * 3``, ``Out[4]``), which the machine then never sends back.
@@ -242,6 +243,7 @@ class Capture:
     history: list[str] = field(default_factory=list)  # the kernel's history names the cell reads (among values)
     count: int | None = None  # the kernel's execution count of the cell, the machine's too
     imports: list[str] = field(default_factory=list)  # modules the cell, its notebook functions and inputs need
+    replayable: dict[str, ast.stmt] = field(default_factory=dict)  # run again in the kernel if they stay behind
 
     def staged(self, options: Options) -> Options:
         """``options`` with the files the cell names added to ``--files`` (unless one lands there already)."""
@@ -296,6 +298,7 @@ def capture(
         result.outputs = outputs
     result.deletes = sorted({*analysis.deletes, *unbound})  # the machine reports which are really gone
     result.submodules = loaded_submodules(_packages(tree, result))
+    result.replayable = {} if analysis.dynamic else definitions(tree)
     held = [rel for value in result.values.values() for rel in handles.files_of(value)]  # reopened there on them
     result.files = list(dict.fromkeys([*_files_named(tree, result.values.values()), *held]))
     result.imports = [*imported_names(code), *imported, *result.modules.values(), *_magic_modules(tree)]

@@ -7,6 +7,7 @@ the handle (where its values come back to, the objects it sent, its warm session
 
 from __future__ import annotations
 
+import ast
 import json
 import threading
 import time
@@ -53,6 +54,7 @@ class Job:
         self._spec = spec
         self.namespace: dict[str, Any] | None = None  # where a cell's values come back to (set at submission)
         self.inner: dict[str, dict[int, Any]] = {}  # objects inside its inputs as sent (set at submission)
+        self.replayable: dict[str, ast.stmt] = {}  # the cell's def/class statements by name (set at submission)
         self._described: tuple[str, float, str] | None = None  # (machine, when, its state): describe() cache
         self._cleaned_up = False
         self._supervisor: Supervisor | None = None
@@ -396,7 +398,7 @@ class Job:
         target = namespace if namespace is not None else self.namespace
         if self.imports_ahead is not None:
             self.imports_ahead.join()  # its modules are the values' modules: imported by one thread at a time
-        return CellResult.load(data, target if target is not None else user_namespace(), self.inner)
+        return CellResult.load(data, target if target is not None else user_namespace(), self.inner, self.replayable)
 
     def remote_error(self) -> dict[str, Any]:
         return read_error(self.store, self.layout, self.key())

@@ -3,6 +3,7 @@ exception, raised here with a traceback through the cell's own lines."""
 
 from __future__ import annotations
 
+import ast
 import linecache
 import sys
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from typing import Any
 from ..errors import RemoteError
 from ..protocol import processstate as process_state
 from ..protocol import transfer
+from .replay import settle
 
 
 def user_namespace() -> dict[str, Any]:
@@ -32,37 +34,54 @@ class CellResult:
     warnings: list[str] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)  # process state the cell changed
     failed: dict[str, str] = field(default_factory=dict)  # name -> why it could not come back (also in warnings)
+    unsent: dict[str, str] = field(default_factory=dict)  # name -> its warning: its new value stayed behind
+    replayable: dict[str, ast.stmt] = field(default_factory=dict)  # the cell's def/class statements by name
 
     @classmethod
-    def load(cls, data: bytes, namespace: dict[str, Any], inner: dict[str, dict[int, Any]] | None = None) -> CellResult:
+    def load(
+        cls,
+        data: bytes,
+        namespace: dict[str, Any],
+        inner: dict[str, dict[int, Any]] | None = None,
+        replayable: dict[str, ast.stmt] | None = None,
+    ) -> CellResult:
         """Unpickle a result into ``namespace``'s terms (see :mod:`nbburst.protocol.transfer`): value by
         value, so one that cannot come back is a warning, not the loss of the others. ``inner``: the objects
-        inside the inputs as they were sent, which the result may update in place."""
+        inside the inputs as they were sent, which the result may update in place; ``replayable``: the cell's
+        statements that make again, in the kernel, a value that cannot come back (:mod:`nbburst.client.replay`)."""
         loaded = transfer.load_values(data, namespace, inner)
         meta, values = loaded.meta, loaded.values
         has_last = meta["has_last"] and transfer.LAST in values
         last = values.pop(transfer.LAST, None)
-        failed = [
-            f"{'the value of the cell (Out)' if name == transfer.LAST else repr(name)} could not come back: {why}"
+        said = {
+            name: f"{'the value of the cell (Out)' if name == transfer.LAST else repr(name)} could not come back: {why}"
             for name, why in loaded.failed.items()
-        ]
+        }
+        # the names the cell bound whose new value stayed behind (not pickled there, or not unpickled here)
+        unsent = {**meta.get("unsent", {}), **{n: why for n, why in said.items() if n in meta.get("bound", ())}}
         return cls(
             values=values,
             deleted=meta["deleted"],
             has_last=has_last,
             last=last,
             last_bundle=meta.get("last_bundle"),
-            warnings=[*meta["warnings"], *failed],
+            warnings=[*meta["warnings"], *said.values()],
             state=meta.get("state", {}),
             failed=dict(loaded.failed),
+            unsent=unsent,
+            replayable=dict(replayable or {}),
         )
 
     def merge_into(self, namespace: dict[str, Any]) -> None:
-        """Bind the values, drop the deleted names, apply the process state, as the cell would have."""
+        """Bind the values, drop the deleted names, apply the process state, as the cell would have; then make
+        again, or unbind, the names whose new values did not come back (:func:`nbburst.client.replay.settle`)."""
         namespace.update(self.values)
         for name in self.deleted:
             namespace.pop(name, None)
         self.warnings += process_state.restore(self.state)
+        said = settle(namespace, self.unsent, self.replayable)
+        told = set(self.unsent.values())
+        self.warnings = [w for w in self.warnings if w not in told] + list(said.values())
 
 
 def raise_remote(info: dict[str, Any]) -> None:

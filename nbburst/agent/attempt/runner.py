@@ -205,19 +205,23 @@ def _changes(outcome: dict[str, Any], inputs: Inputs, ns: dict[str, Any]) -> pay
     # An array made of the memory of one the kernel holds (or gets now) goes back as a view of it.
     held = [obj for obj in inputs.held() if id(obj) in refs or id(obj) in adopt]
     writer = transfer.Writer(refs, adopt, views.Regions(held, values.values()))
-    warnings = [
-        f"{name!r} ({type(value).__name__}) was not brought back: it cannot be pickled ({why})"
+    unsent = {
+        name: f"{name!r} ({type(value).__name__}) was not brought back: it cannot be pickled ({why})"
         for name, value in values.items()
         if (why := writer.add(name, value))
-    ]
-    meta: dict[str, Any] = {"deleted": outcome["deleted"], "has_last": outcome["has_last"]}
+    }
+    # Of these, the kernel makes again or unbinds the names the cell bound (nbburst/client/replay.py): its
+    # earlier value of one is stale. An input only changed in place keeps its name.
+    bound = list(outcome["values"])
+    meta: dict[str, Any] = {"deleted": outcome["deleted"], "has_last": outcome["has_last"], "bound": bound}
+    meta["unsent"] = {name: why for name, why in unsent.items() if name in bound}
     if outcome["has_last"] and writer.add(transfer.LAST, outcome["last"]):
         if displayed:
             meta["has_last"] = False
         else:
             meta["last_bundle"] = ZMQInteractiveShell.instance().display_formatter.format(outcome["last"])
     meta["state"] = inputs.tracker.changes()
-    meta["warnings"] = warnings + inputs.tracker.problems
+    meta["warnings"] = [*unsent.values(), *inputs.tracker.problems]
     return writer.finish(meta)
 
 
