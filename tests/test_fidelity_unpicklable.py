@@ -75,15 +75,17 @@ def test_any_other_value_that_cannot_travel_unbinds_the_kernels_earlier_one(burs
 
 
 def test_only_a_top_level_definition_that_alone_binds_its_name_is_run_again():
-    """A def rebound later, one inside an ``if``, and names bound twice are not replayed: running the one
-    statement again would not give what the cell left bound."""
+    """A def rebound later, one inside an ``if``, names bound twice, and a def the cell then hands on (a
+    ``register`` decorator, an argument) are not replayed: running the one statement again would not give
+    what the cell left bound. One the cell only calls is."""
     tree = ast.parse(
         "@deco\ndef a(): pass\nasync def b(): pass\nclass C(Base): pass\n"
         "def d(): pass\nd = wrap(d)\nif True:\n    def e(): pass\n"
         "def h(): pass\nfor h in []: pass\ndef k(): pass\nimport k\n"
         "def m():\n    global n\n    n = 1\ndef n(): pass\n"
+        "def p(): pass\np()\nprint(p())\ndef q(): pass\n@q.register(int)\ndef _(x): pass\ndef r(): pass\nuse(r)\n"
     )
-    assert sorted(definitions(tree)) == ["C", "a", "b", "m"]
+    assert sorted(definitions(tree)) == ["C", "_", "a", "b", "m", "p"]
 
 
 def test_settling_replays_or_unbinds_and_says_why():

@@ -16,13 +16,30 @@ _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 def definitions(tree: ast.Module) -> dict[str, ast.stmt]:
     """The cell's top-level ``def``/``class`` statements, by name, that are the only statement binding their
-    name anywhere in the cell: running one again gives what the cell left bound (a later ``f = wrap(f)``,
-    a loop or an ``if`` around it would not)."""
+    name anywhere in the cell and whose object the rest of the cell only calls: running one again gives what
+    the cell left bound. A later ``f = wrap(f)``, a loop or an ``if`` around it would not, nor would a later
+    ``@f.register(T)`` (as formulaic's ``singledispatch`` transforms do) or anything else handed the object,
+    which may change it."""
     bound: dict[str, int] = {}
     for node in ast.walk(tree):
         for name in _binds(node):
             bound[name] = bound.get(name, 0) + 1
-    return {n.name: n for n in tree.body if isinstance(n, _DEFINITIONS) and bound.get(n.name) == 1}
+    found = {}
+    for at, node in enumerate(tree.body):
+        if (
+            isinstance(node, _DEFINITIONS)
+            and bound.get(node.name) == 1
+            and node.name not in _handed(tree.body[at + 1 :])
+        ):
+            found[node.name] = node
+    return found
+
+
+def _handed(body: list[ast.stmt]) -> set[str]:
+    """The names ``body`` reads other than to call them (``f.attr``, ``g(f)``, ``x = f``)."""
+    nodes = [node for stmt in body for node in ast.walk(stmt)]
+    called = {id(node.func) for node in nodes if isinstance(node, ast.Call)}
+    return {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in called}
 
 
 def _binds(node: ast.AST) -> list[str]:
