@@ -23,27 +23,34 @@ REGISTERED = (
     "    def __init__(self, fn):\n"
     "        self.ref = weakref.ref(fn)\n"
     "        self.fn = fn\n"
+    "        self.kinds = {}\n"
+    "    def register(self, kind):\n"
+    "        return lambda fn: self.kinds.setdefault(kind, fn)\n"
     "    def __call__(self, *args):\n"
-    "        return self.fn(*args)\n"
+    "        return self.kinds.get(type(args[0]) if args else None, self.fn)(*args)\n"
 )
 
 
 @pytest.mark.timeout(900)
 def test_a_definition_that_cannot_travel_is_the_notebooks_own_in_the_kernel(burst_env, tmp_path):
     """The decorated function (bound in the kernel before, as formulaic's ``center`` was) and a decorated
-    class are the cell's own afterwards, called in the next cell; a class whose instances cannot be pickled
-    comes back as any class does."""
+    class are the cell's own afterwards, called in the next cell, and so is one a later def of the cell
+    registers on (``@shape.register(str)``, as formulaic's ``center`` is); a class whose instances cannot be
+    pickled comes back as any class does."""
     cells = [
         "def center(x):\n    return 'the earlier one'\nSHIFT = 1",
         REGISTERED + "@Registered\ndef center(x, by=SHIFT):\n    return x - by\n"
         "@Registered\nclass Box:\n    size = SHIFT + 1\n"
+        "@Registered\ndef shape(x):\n    return 'any'\n@shape.register(str)\ndef _(x):\n    return 'str'\n"
         "import threading\nclass Locked:\n    def __init__(self):\n        self.lock = threading.Lock()",
         "print(center(5), type(center).__name__, center.ref() is center.fn, Box().size)",
         "print(type(Locked()).__name__, Locked().lock.locked())",
+        "print(shape(1), shape('a'))",
     ]
     plain = assert_identical(cells, {1}, tmp_path)
     assert plain[2]["stdout"] == "4 Registered True 2\n", plain[2]
     assert plain[3]["stdout"] == "Locked False\n", plain[3]
+    assert plain[4]["stdout"] == "any str\n", plain[4]
 
 
 @pytest.mark.timeout(900)
@@ -75,17 +82,20 @@ def test_any_other_value_that_cannot_travel_unbinds_the_kernels_earlier_one(burs
 
 
 def test_only_a_top_level_definition_that_alone_binds_its_name_is_run_again():
-    """A def rebound later, one inside an ``if``, names bound twice, and a def the cell then hands on (a
-    ``register`` decorator, an argument) are not replayed: running the one statement again would not give
-    what the cell left bound. One the cell only calls is."""
+    """A def rebound later, one inside an ``if``, names bound twice, and a def the cell then hands on (an
+    argument, a default) are not replayed: running the statement again would not give what the cell left
+    bound. One the cell only calls is; one a later def's decorator registers on is, with that def."""
     tree = ast.parse(
         "@deco\ndef a(): pass\nasync def b(): pass\nclass C(Base): pass\n"
         "def d(): pass\nd = wrap(d)\nif True:\n    def e(): pass\n"
         "def h(): pass\nfor h in []: pass\ndef k(): pass\nimport k\n"
         "def m():\n    global n\n    n = 1\ndef n(): pass\n"
         "def p(): pass\np()\nprint(p())\ndef q(): pass\n@q.register(int)\ndef _(x): pass\ndef r(): pass\nuse(r)\n"
+        "def s(): pass\n@s.register(int)\ndef t(x=s): pass\n"
     )
-    assert sorted(definitions(tree)) == ["C", "_", "a", "b", "m", "p"]
+    found = definitions(tree)
+    assert sorted(found) == ["C", "_", "a", "b", "m", "p", "q", "t"]
+    assert [type(n).__name__ for n in found["q"]] == ["FunctionDef", "FunctionDef"] and found["q"][1].name == "_"
 
 
 def test_settling_replays_or_unbinds_and_says_why():

@@ -243,7 +243,7 @@ class Capture:
     history: list[str] = field(default_factory=list)  # the kernel's history names the cell reads (among values)
     count: int | None = None  # the kernel's execution count of the cell, the machine's too
     imports: list[str] = field(default_factory=list)  # modules the cell, its notebook functions and inputs need
-    replayable: dict[str, ast.stmt] = field(default_factory=dict)  # run again in the kernel if they stay behind
+    replayable: dict[str, list[ast.stmt]] = field(default_factory=dict)  # run again in the kernel if they stay behind
 
     def staged(self, options: Options) -> Options:
         """``options`` with the files the cell names added to ``--files`` (unless one lands there already)."""

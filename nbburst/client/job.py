@@ -54,7 +54,7 @@ class Job:
         self._spec = spec
         self.namespace: dict[str, Any] | None = None  # where a cell's values come back to (set at submission)
         self.inner: dict[str, dict[int, Any]] = {}  # objects inside its inputs as sent (set at submission)
-        self.replayable: dict[str, ast.stmt] = {}  # the cell's def/class statements by name (set at submission)
+        self.replayable: dict[str, list[ast.stmt]] = {}  # the cell's def/class statements by name (set at submission)
         self._described: tuple[str, float, str] | None = None  # (machine, when, its state): describe() cache
         self._cleaned_up = False
         self._supervisor: Supervisor | None = None

@@ -14,30 +14,37 @@ from typing import Any
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
-def definitions(tree: ast.Module) -> dict[str, ast.stmt]:
+def definitions(tree: ast.Module) -> dict[str, list[ast.stmt]]:
     """The cell's top-level ``def``/``class`` statements, by name, that are the only statement binding their
-    name anywhere in the cell and whose object the rest of the cell only calls: running one again gives what
-    the cell left bound. A later ``f = wrap(f)``, a loop or an ``if`` around it would not, nor would a later
-    ``@f.register(T)`` (as formulaic's ``singledispatch`` transforms do) or anything else handed the object,
-    which may change it."""
+    name anywhere in the cell, each with the later top-level ``def``/``class`` statements that hand its object
+    to their decorators only (``@f.register(T)``, as formulaic's ``singledispatch`` transforms do): running
+    them again gives what the cell left bound. A later ``f = wrap(f)``, a loop or an ``if`` around it would
+    not, nor would any other statement handed the object (``g(f)``, ``f.attr = 1``), which may change it; one
+    that only calls it is left out."""
     bound: dict[str, int] = {}
     for node in ast.walk(tree):
         for name in _binds(node):
             bound[name] = bound.get(name, 0) + 1
     found = {}
     for at, node in enumerate(tree.body):
-        if (
-            isinstance(node, _DEFINITIONS)
-            and bound.get(node.name) == 1
-            and node.name not in _handed(tree.body[at + 1 :])
-        ):
-            found[node.name] = node
+        if not (isinstance(node, _DEFINITIONS) and bound.get(node.name) == 1):
+            continue
+        later = [stmt for stmt in tree.body[at + 1 :] if node.name in _handed(list(ast.walk(stmt)))]
+        if all(_decorates_with(stmt, node.name) for stmt in later):
+            found[node.name] = [node, *later]
     return found
 
 
-def _handed(body: list[ast.stmt]) -> set[str]:
-    """The names ``body`` reads other than to call them (``f.attr``, ``g(f)``, ``x = f``)."""
-    nodes = [node for stmt in body for node in ast.walk(stmt)]
+def _decorates_with(stmt: ast.stmt, name: str) -> bool:
+    """Whether ``stmt`` is a ``def``/``class`` that hands ``name`` on in its decorators only."""
+    if not isinstance(stmt, _DEFINITIONS):
+        return False
+    decorating = {id(node) for decorator in stmt.decorator_list for node in ast.walk(decorator)}
+    return name not in _handed([node for node in ast.walk(stmt) if id(node) not in decorating])
+
+
+def _handed(nodes: list[ast.AST]) -> set[str]:
+    """The names ``nodes`` read other than to call them (``f.attr``, ``g(f)``, ``x = f``)."""
     called = {id(node.func) for node in nodes if isinstance(node, ast.Call)}
     return {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in called}
 
@@ -59,15 +66,15 @@ def _binds(node: ast.AST) -> list[str]:
     return []
 
 
-def settle(namespace: dict[str, Any], unsent: dict[str, str], replayable: dict[str, ast.stmt]) -> dict[str, str]:
+def settle(namespace: dict[str, Any], unsent: dict[str, str], replayable: dict[str, list[ast.stmt]]) -> dict[str, str]:
     """Replay or unbind each name of ``unsent`` (name -> why it did not come back) in ``namespace``; returns what
     to tell the user instead of the why, by name (nothing for a name replayed)."""
     said: dict[str, str] = {}
     for name, why in unsent.items():
-        node = replayable.get(name)
-        if node is not None:
+        statements = replayable.get(name)
+        if statements:
             try:
-                exec(compile(ast.Module(body=[node], type_ignores=[]), "<cell>", "exec"), namespace)
+                exec(compile(ast.Module(body=statements, type_ignores=[]), "<cell>", "exec"), namespace)
                 continue
             except Exception as exc:
                 why = f"{why}; running its statement again in the kernel raised {type(exc).__name__}: {exc}"

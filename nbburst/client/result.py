@@ -35,7 +35,7 @@ class CellResult:
     state: dict[str, Any] = field(default_factory=dict)  # process state the cell changed
     failed: dict[str, str] = field(default_factory=dict)  # name -> why it could not come back (also in warnings)
     unsent: dict[str, str] = field(default_factory=dict)  # name -> its warning: its new value stayed behind
-    replayable: dict[str, ast.stmt] = field(default_factory=dict)  # the cell's def/class statements by name
+    replayable: dict[str, list[ast.stmt]] = field(default_factory=dict)  # the cell's def/class statements by name
 
     @classmethod
     def load(
@@ -43,7 +43,7 @@ class CellResult:
         data: bytes,
         namespace: dict[str, Any],
         inner: dict[str, dict[int, Any]] | None = None,
-        replayable: dict[str, ast.stmt] | None = None,
+        replayable: dict[str, list[ast.stmt]] | None = None,
     ) -> CellResult:
         """Unpickle a result into ``namespace``'s terms (see :mod:`nbburst.protocol.transfer`): value by
         value, so one that cannot come back is a warning, not the loss of the others. ``inner``: the objects
