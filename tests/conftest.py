@@ -8,10 +8,11 @@ pytest_plugins = ["nbburst.testing.pytest_plugin"]
 
 
 #: The tests that run longest on a 2-core machine, longest first (from CI's --durations). They start before the
-#: rest so that under ``pytest -n 2 --dist worksteal`` (scripts/test) none is left running alone at the end of
+#: rest so that under ``pytest -n 3 --dist worksteal`` (scripts/test) none is left running alone at the end of
 #: the run, with the other worker idle: the other worker takes the short tests, and whichever ends first takes
 #: what is still queued on the other. A name here that no longer exists only loses its place.
 LONG_FIRST = (
+    "tests/test_session_env.py::test_the_second_session_of_an_environment_unpacks_what_the_first_built",
     "tests/test_gce_first_run.py::test_first_run_from_a_stock_image_then_the_stored_environment",
     "tests/test_smoke.py::test_the_smoke_run_checks_a_project_step_by_step",
     "tests/test_notebook_corpus.py::test_a_notebook_gives_the_same_results_under_burst[pydata-book/ch09]",
