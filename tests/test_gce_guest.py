@@ -74,8 +74,12 @@ def test_at_the_soft_off_only_the_runner_stops_and_its_pipe_breaks(compute_emula
     wait_until(lambda: "tick" in compute_emulator.serial_output("vm-soft"), what="the child to print")
     compute_emulator.preempt("vm-soft", wait=True)
     disk = compute_emulator.disk_path("vm-soft")
-    broke, term = (line.rsplit(" ", 1) for line in (disk / "child.txt").read_text().splitlines())
-    assert broke[0] == "pipe broke" and term[0] == "SIGTERM"
+    lines = [line.rsplit(" ", 1) for line in (disk / "child.txt").read_text().splitlines()]
+    # the first SIGTERM is systemd's last stage; a busy machine may see the child take another (the hard-off's)
+    # while it is still exiting from the first
+    assert [what for what, _ in lines[:2]] == ["pipe broke", "SIGTERM"], lines
+    assert all(what == "SIGTERM" for what, _ in lines[2:]), lines
+    broke, term = lines[0], lines[1]
     assert float(broke[1]) < float((disk / "done.txt").read_text()) <= float(term[1])
 
 

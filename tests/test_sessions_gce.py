@@ -114,6 +114,8 @@ def test_cells_run_on_the_one_session_vm_and_unchanged_inputs_stay_put(burst, co
     assert second.state == State.SUCCEEDED, second.logs()
     assert ns["parent"] == warm["pid"], "the second cell ran on the same warm parent"
     assert ns["total2"] == float(np.arange(1 << 20)[::2].sum())
+    # a pushed cell's record is written behind it: read once the VM (or the notebook) has stored it
+    wait_until(lambda: store.exists(second.layout.inputs), timeout=60, what="the second cell's record in the Store")
     manifest = json.loads(store.get(second.layout.inputs))
     new = {manifest["state"], *manifest["values"].values()} - set(warm["held"])  # the kernel's state may change
     assert manifest["values"]["big"] in held and manifest["values"]["big"] not in new
