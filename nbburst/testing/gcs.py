@@ -164,6 +164,13 @@ class GCSEmulator:
             raise RuntimeError("fault injection needs fake-gcs-server (the gcp-storage-emulator fallback has no proxy)")
         self._proxy.set_faults(bucket, rate)
 
+    def hold_writes(self, fragment: str) -> threading.Event:
+        """Keep the writes naming ``fragment`` waiting until the returned event is set (at most a minute): see
+        :meth:`nbburst.testing.gcs_proxy.PreconditionProxy.hold_writes`. Needs fake-gcs-server (its proxy)."""
+        if self._proxy is None:
+            raise RuntimeError("holding writes needs fake-gcs-server (the gcp-storage-emulator fallback has no proxy)")
+        return self._proxy.hold_writes(fragment)
+
     @property
     def faults_injected(self) -> int:
         """How many requests failed on purpose so far."""

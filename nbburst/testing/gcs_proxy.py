@@ -115,6 +115,7 @@ class PreconditionProxy:
         self._sessions: dict[str, _Session] = {}
         self._faults: dict[str, float] = {}  # bucket -> share of its requests that fail
         self._rng = random.Random()
+        self._holds: list[tuple[str, threading.Event]] = []  # (what a write names, released when set)
         self.injected = 0  # faults injected so far
         self.iam = BucketIam()
 
@@ -132,6 +133,20 @@ class PreconditionProxy:
             self.injected += 1
             return True
         return False
+
+    def hold_writes(self, fragment: str) -> threading.Event:
+        """Keep every write that names ``fragment`` (in its URL or the first KiB of its body, where a multipart
+        upload names its object) waiting until the returned event is set, or for at most a minute: a Store
+        answering late, for tests of what must not wait on it."""
+        released = threading.Event()
+        self._holds = [hold for hold in self._holds if not hold[1].is_set()] + [(fragment, released)]
+        return released
+
+    def _held(self, target: str, body: bytes) -> None:
+        named = unquote(target) + body[:1024].decode("utf-8", "replace")
+        for fragment, released in self._holds:
+            if fragment in named:
+                released.wait(60)
 
     @property
     def port(self) -> int:
@@ -173,6 +188,7 @@ class PreconditionProxy:
             return self._session_request(session_id, method, target, headers, body)
         if method in ("GET", "HEAD"):
             return self._forward(method, target, headers, body)
+        self._held(target, body)
         with self._writes:
             wanted = _generation_wanted(query)
             obj = _OBJECT_PATH.match(url.path) if method == "DELETE" and wanted is not None else None

@@ -165,8 +165,9 @@ def control(conn: socket.socket, request: dict[str, Any], ready: ReadyRunner, en
     """In the forked controller: run the attempt as ``python -m nbburst.agent`` would (its runner ``ready``),
     then say so (to the client, then ``ended()``). A cell pushed with its objects reads them from memory and
     writes the job's record behind the cell (:mod:`nbburst.protocol.overlay`): its objects go up to the client
-    as they are made, the cell's end as soon as it has one, and the record is in the Store before the warm
-    parent is told the cell ended (it lets the VM go only once no cell runs)."""
+    as they are made, and the cell's end as soon as it has one. The warm parent is told the cell ended then too,
+    so the next cell is taken while this one's record is still being written; this process ends only once the
+    record is in the Store, and the parent lets the VM go only once no cell's controller runs."""
     os.environ[ENV_JOB_KEY] = request["key"]
     root, job_id = split_job_url(request["job"])
     ident = Identity()
@@ -197,8 +198,8 @@ def control(conn: socket.socket, request: dict[str, Any], ready: ReadyRunner, en
         except Exception as exc:  # what every attempt would meet (agent/attempt/controller.py's main does the same)
             agent.give_up(cause_of(exc))
         news.send(sessionpush.DONE)
-        _record(store, news)
         ended()
+        _record(store, news)
         agent.reap()  # after the client is told: its runner's exit is no cell's time
         return 0
     finally:
