@@ -315,14 +315,20 @@ def test_a_pushed_cell_waits_on_no_store_operation_and_its_record_is_written_beh
     assert session.record.push, "the channel is up"
     store = burst.store_for("gce")
     operations = count_operations(store, monkeypatch)
+    api = burst.machines("gce").api
+    requests: list[str] = []
+    real_call = api.call
+    monkeypatch.setattr(api, "call", lambda what, *a, **k: requests.append(what) or real_call(what, *a, **k))
     for n in range(2):  # the first cell, and one whose unchanged inputs the session's cells have stored already
         operations.clear()
+        requests.clear()
         ns: dict[str, Any] = {"n": n}
         job = burst.submit_cell("x = n + 1", capture("x = n + 1", ns, None), burst.options())
         assert job.wait(timeout=120) == State.SUCCEEDED, job.logs()
         job.outcome(ns).merge_into(ns)
         assert ns["x"] == n + 1
         assert operations == [], "from the submission to the cell's values, the notebook waited on no Store operation"
+        assert requests == [], "nor on Compute Engine: the session's VM that ran the cell runs on, the session's own"
         assert isinstance(job.wake, PushedNews)
         assert job.wake.over.wait(60), "the VM said the job's record is in the Store"
         assert operations == [], "the VM wrote the record: the notebook wrote nothing"
@@ -330,6 +336,26 @@ def test_a_pushed_cell_waits_on_no_store_operation_and_its_record_is_written_beh
         assert record.state == State.SUCCEEDED and record.attempt == 1
         assert record.outcome({"n": n}).values["x"] == n + 1
     assert "handed over from the push channel" in burst.machines("gce").console(session.machine)
+
+
+def test_the_next_pushed_cell_runs_while_the_record_of_the_one_before_is_still_being_written(burst, gcs_emulator):
+    session = burst.sessions.start(cores=2, idle="5m", timeout="10m", preload=[])
+    assert session.record.push, "the channel is up"
+    released = gcs_emulator.hold_writes("terminal.json")  # the Store takes no job's end until released
+    try:
+        ns: dict[str, Any] = {}
+        first = burst.submit_cell("x = 1", capture("x = 1", ns, None), burst.options())
+        assert first.wait(timeout=120) == State.SUCCEEDED, first.logs()
+        second = burst.submit_cell("y = x + 1", capture("y = x + 1", {"x": 1}, None), burst.options())
+        assert second.wait(timeout=60) == State.SUCCEEDED, "the second cell waited for the first one's record"
+        assert second.outcome(ns).values["y"] == 2
+        assert isinstance(first.wake, PushedNews) and not first.wake.over.is_set(), "the first record is unwritten"
+    finally:
+        released.set()
+    assert isinstance(second.wake, PushedNews)
+    assert first.wake.over.wait(60) and second.wake.over.wait(60), "the VM said both records are in the Store"
+    store = burst.store_for("gce")
+    assert [Job(burst, job.id, store).state for job in (first, second)] == [State.SUCCEEDED, State.SUCCEEDED]
 
 
 def test_an_overlay_holds_a_cells_objects_and_writes_them_in_order(tmp_path):

@@ -264,11 +264,22 @@ class Job:
         if self._cleaned_up:
             return
         self._cleaned_up = True
+        if self._ended_on_session():
+            return
         try:
             self.machines.cleanup(self.machine_of())
             workers.end_all(self)
         except Exception:
             pass
+
+    def _ended_on_session(self) -> bool:
+        """Whether the job's warm session ran it and its machine wrote the verdict: that machine was up then and
+        serves the next cells; ending it is the session's business (its next cell, its idle time, ``stop``), so
+        the job asks the backend nothing, which would cost every session cell a Compute API round trip."""
+        if self.session is None:
+            return False
+        terminal = self.folder.terminal()
+        return terminal is not None and terminal.attempt == 1 and terminal.by == "agent"
 
     @property
     def supervisor(self) -> Supervisor:
