@@ -58,15 +58,29 @@ class Pickler(cloudpickle.Pickler):
     dispatch_table = ChainMap({types.CodeType: _code_reduce}, *cloudpickle.Pickler.dispatch_table.maps)
 
     def __init__(self, *args: Any, **kwargs: Any):
-        # The same reducers in a plain dict, made now (copyreg's as registered by now): the C pickler looks one up
-        # for every object it pickles, which a ChainMap answers in Python, a third of the time of a Figure's pickle.
-        self.dispatch_table = dict(Pickler.dispatch_table)
+        # The same reducers in a plain dict (copyreg's as registered by now): the C pickler looks one up for every
+        # object it pickles, which a ChainMap answers in Python, a third of the time of a Figure's pickle.
+        self.dispatch_table = _flat_reducers()
         super().__init__(*args, **kwargs)
 
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, (type, types.FunctionType)):
             _import_home(obj)
         return super().reducer_override(obj)
+
+
+_flat: tuple[list[dict[Any, Any]], dict[Any, Any]] = ([], {})  # (the tables as they were, merged)
+
+
+def _flat_reducers() -> dict[Any, Any]:
+    """:attr:`Pickler.dispatch_table` merged into one dict, made again only when one of its tables changed: a
+    cell makes several picklers, and merging in Python what a kernel with many packages imported registered in
+    copyreg costs more than comparing the tables, which the C dicts do themselves."""
+    global _flat
+    tables = Pickler.dispatch_table.maps
+    if len(_flat[0]) != len(tables) or any(seen != now for seen, now in zip(_flat[0], tables, strict=True)):
+        _flat = ([dict(table) for table in tables], dict(Pickler.dispatch_table))
+    return _flat[1]
 
 
 def dumps(value: Any, protocol: int = 5, buffer_callback: Any = None) -> bytes:
