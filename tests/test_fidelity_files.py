@@ -4,6 +4,8 @@ The cells run all plainly in one kernel, then all under %%burst in another, each
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -83,6 +85,24 @@ def test_the_subfolders_made_on_the_machine_are_bounded(tmp_path):
         "many/d02",
         "many/d03",
     ]
+
+
+def test_the_subfolders_are_read_again_only_once_a_folder_changed(tmp_path, monkeypatch):
+    (tmp_path / "data" / "raw").mkdir(parents=True)
+    (tmp_path / "venv2").mkdir()
+    (tmp_path / "venv2" / "pyvenv.cfg").write_text("home = /usr\n")
+    settled = time.time_ns() - 60 * 10**9  # changed a minute ago: no change can hide in the mtime's granularity
+    for folder in (tmp_path, tmp_path / "data", tmp_path / "data" / "raw", tmp_path / "venv2"):
+        os.utime(folder, ns=(settled, settled))
+    assert workfiles.subfolders(tmp_path) == ["data", "data/raw"]
+    reads: list[str] = []
+    scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path: reads.append(os.fspath(path)) or scandir(path))
+    assert workfiles.subfolders(tmp_path) == ["data", "data/raw"] and reads == [], "nothing changed: not read"
+    (tmp_path / "data" / "raw" / "2024").mkdir()
+    assert workfiles.subfolders(tmp_path) == ["data", "data/raw", "data/raw/2024"] and reads
+    (tmp_path / "venv2" / "pyvenv.cfg").unlink()  # no longer an environment
+    assert workfiles.subfolders(tmp_path) == ["data", "venv2", "data/raw", "data/raw/2024"]
 
 
 def test_only_a_file_that_holds_what_was_sent_is_deleted_with_the_cells_copy(burst_env, tmp_path):

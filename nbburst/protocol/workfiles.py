@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import time
 import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -82,10 +83,44 @@ def check_tail(tail: list[str]) -> list[str]:
     return tail
 
 
+#: The last listing of each working folder: (the mtime of each folder it read, the folders found).
+_listed: dict[tuple[str, int], tuple[dict[str, int], list[str]]] = {}
+#: A folder changed this recently may change again within its mtime's granularity unseen: listed again.
+_RACY_NS = 2_000_000_000
+
+
 def subfolders(cwd: Path, limit: int = FOLDER_LIMIT) -> list[str]:
     """The folders under ``cwd`` (relative, with ``/``), breadth first, at most ``limit``: not hidden ones
     (``.git``, ``.ipynb_checkpoints``), nor environments and caches (a folder with ``pyvenv.cfg``,
-    ``__pycache__``, ``node_modules``), nor what lies below them; links are not followed."""
+    ``__pycache__``, ``node_modules``), nor what lies below them; links are not followed.
+
+    Every cell's submission asks, and reading a big tree each time costs more than the cell: the last listing
+    is given again while no folder it read has changed (a folder's mtime moves when an entry is made, removed
+    or renamed in it), unless one changed too recently for its mtime to show a second change."""
+    key = (os.fspath(cwd), limit)
+    cached = _listed.get(key)
+    if cached is not None and _stamps(cwd, cached[0]) == cached[0]:
+        return list(cached[1])
+    began = time.time_ns()
+    found, read = _list_subfolders(cwd, limit)
+    stamps = _stamps(cwd, read)
+    if max(stamps.values(), default=0) < began - _RACY_NS:
+        _listed[key] = (stamps, found)
+    return list(found)
+
+
+def _stamps(cwd: Path, folders: Iterable[str]) -> dict[str, int]:
+    stamps = {}
+    for rel in folders:
+        try:
+            stamps[rel] = os.stat(cwd / rel if rel else cwd).st_mtime_ns
+        except OSError:
+            stamps[rel] = -1
+    return stamps
+
+
+def _list_subfolders(cwd: Path, limit: int) -> tuple[list[str], list[str]]:
+    """:func:`subfolders`' listing, and the folders it read (their entries, or whether they are environments)."""
     found: list[str] = []
     pending = [""]
     scanned: set[str] = set()
@@ -106,7 +141,7 @@ def subfolders(cwd: Path, limit: int = FOLDER_LIMIT) -> list[str]:
                 pending.append(found[-1])
     # the ones the limit left unlisted may be environments too: looked at one by one, up to the limit
     kept = (rel for rel in found if rel in scanned or not (cwd / rel / "pyvenv.cfg").exists())
-    return list(itertools.islice(kept, limit))
+    return list(itertools.islice(kept, limit)), [*scanned, *found]
 
 
 @dataclass
