@@ -192,8 +192,11 @@ class ZMQInteractiveShell(InteractiveShell):
             self.execution_count = count
 
     def execute_silently(self, code: str) -> None:
-        """Run ``code`` as :meth:`execute` does, but silently and out of the history (no ``Out``, no count)."""
-        asyncio.run(self.run_cell_async(code, store_history=False, silent=True, transformed_cell=code))
+        """Run ``code`` as :meth:`execute` does, but silently and out of the history (no ``Out``, no count).
+        Transformed as a cell is: the tokenizer compiles its patterns on a process's first cell, and a warm
+        parent that runs nothing this way leaves that to every cell's process it forks."""
+        transformed = self.transform_cell(code)
+        asyncio.run(self.run_cell_async(code, store_history=False, silent=True, transformed_cell=transformed))
 
     def execute(self, code: str) -> ExecutionResult:
         """Run ``code`` as ipykernel runs a cell: inside a running event loop, awaited when it awaits."""
