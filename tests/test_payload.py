@@ -232,3 +232,26 @@ def test_an_input_the_cell_rebinds_after_changing_it_comes_back_inside_the_input
 
     _, back, *_ = _burst(kernel, ["outer", "inner"], cell)
     assert back["inner"] is None and kernel["outer"]["inner"]["x"] == [0, 1]
+
+
+def test_a_pickler_looks_at_what_a_type_is_once_not_at_each_of_its_objects(monkeypatch):
+    """A drawn Figure holds thousands of objects of a few dozen types: whether each is a handle, a class or an
+    array that may be a view is asked once per type, and what is said of the type holds for all its objects."""
+    from nbburst.protocol import handles, transfer, views
+
+    asked: list[type] = []
+    moves = handles.moves
+    monkeypatch.setattr(handles, "moves", lambda kind: asked.append(kind) or moves(kind))
+
+    class Point:
+        pass
+
+    points, arrays = [Point() for _ in range(500)], [np.arange(3.0) for _ in range(500)]
+    base = np.arange(10.0)
+    assert transfer.fingerprint([points, arrays]) is not None
+    writer = transfer.Writer({id(base): "base"}, regions=views.Regions([base]))
+    assert writer.add("values", [points, arrays, base[2:5]]) is None
+    assert asked.count(Point) == asked.count(np.ndarray) == 2  # once in each pickler
+    loaded = transfer.load_values(writer.finish({}).tobytes(), {"base": base}, {})
+    view = loaded.values["values"][2]
+    assert view.base is not None and np.shares_memory(view, base)  # an array still travels as a view of a region

@@ -55,19 +55,22 @@ _NAMES = frozenset({"TextFileReader", "Engine"})
 def held(obj: Any) -> bool:
     """Whether ``obj`` is a handle this module moves (or says why it cannot). Asked of every object a pickle
     walks, so it looks at the object's type first, and only by its exact type."""
-    kind = type(obj)
-    return kind in _TYPES or (kind.__name__ in _NAMES and (_frame_reader(obj) or _engine(obj)))
+    return moves(type(obj))
 
 
-def _engine(obj: Any) -> bool:
+def moves(kind: type) -> bool:
+    """Whether the objects of exactly the type ``kind`` are handles this module moves: what :func:`held` says of
+    each of them, which a pickler can ask once per type instead of once per object."""
+    return kind in _TYPES or (kind.__name__ in _NAMES and (_frame_reader(kind) or _engine(kind)))
+
+
+def _engine(kind: type) -> bool:
     """A SQLAlchemy Engine (``create_engine("sqlite:///mydata.sqlite")``), told without importing SQLAlchemy."""
-    kind = type(obj)
     return kind.__name__ == "Engine" and kind.__module__.startswith("sqlalchemy.")
 
 
-def _frame_reader(obj: Any) -> bool:
+def _frame_reader(kind: type) -> bool:
     """pandas' ``read_csv(..., chunksize=N)`` (or ``iterator=True``), told without importing pandas."""
-    kind = type(obj)
     return kind.__name__ == "TextFileReader" and kind.__module__.startswith("pandas.")
 
 
@@ -81,14 +84,14 @@ def reduce(obj: Any) -> Reduced:
     if isinstance(obj, _WRITER):
         target, dialect = _writer_parts(obj)
         return _csv_writer, (target, {k: getattr(dialect, k) for k in _DIALECT})
-    if _frame_reader(obj):
+    if _frame_reader(type(obj)):
         handle = obj.handles.handle if obj.handles is not None else None
         if handle is None:
             raise Unmovable("it reads from no file")
         rel = _relative(_name(handle))
         options = {"engine": obj.engine, **obj.orig_options}
         return _text_file_reader, (rel, options, obj._currow, handle.closed, _stamp(rel))
-    if _engine(obj):
+    if _engine(type(obj)):
         url = obj.url.render_as_string(hide_password=False)
         database = _engine_database(obj)
         return _sqlalchemy_engine, (url, obj.echo, _stamp(database) if database else None)
@@ -111,9 +114,9 @@ def files_of(obj: Any) -> list[str]:
             return files_of(obj.connection)
         if isinstance(obj, sqlite3.Connection):
             return [_database(obj)]
-        if _engine(obj):
+        if _engine(type(obj)):
             return [database] if (database := _engine_database(obj)) else []
-        if _frame_reader(obj) and obj.handles is not None and not obj.handles.handle.closed:
+        if _frame_reader(type(obj)) and obj.handles is not None and not obj.handles.handle.closed:
             return [_relative(_name(obj.handles.handle))]
     except (Unmovable, sqlite3.Error):
         return []

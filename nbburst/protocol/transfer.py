@@ -90,10 +90,12 @@ def _uncollected(function: Callable[..., Any]) -> Callable[..., Any]:
     return paused
 
 
-def inner_objects(memo: Iterable[tuple[int, Any]], top: Any) -> dict[int, Any]:
+def inner_objects(memo: Collection[tuple[int, Any]], top: Any) -> dict[int, Any]:
     """The mutable objects inside ``top`` by their memo index, from the (index, object) pairs of the memo
-    of the pickle that carried it: the pickler and the unpickler number objects alike."""
-    return {index: obj for index, obj in memo if obj is not top and not isinstance(obj, _NOT_INNER)}
+    of the pickle that carried it: the pickler and the unpickler number objects alike. Each type met is asked
+    once whether it is one of :data:`_NOT_INNER` (a Figure's thousands of objects are of a few dozen types)."""
+    inner = {kind for kind in {type(obj) for _, obj in memo} if not issubclass(kind, _NOT_INNER)}
+    return {index: obj for index, obj in memo if type(obj) in inner and obj is not top}
 
 
 def names_in(text: str) -> list[str]:
@@ -139,6 +141,7 @@ class _Pickler(codepickle.Pickler):
         self.emitted: dict[Address, int] = {}  # adopted address -> index of the value whose pickle carries it
         self.referred: set[Address] = set()
         self.index = 0
+        self.modes: dict[type, str] = {}  # type -> what reducer_override does with its objects (_mode)
         self.by_reduction = targets is not None and not adopt and not any(type(o) in _SAVED_DIRECTLY for o in targets)
         if self.places and not self.by_reduction:
             self.persistent_id = self._persistent_id
@@ -167,16 +170,24 @@ class _Pickler(codepickle.Pickler):
         if self.by_reduction and (place := self.places.get(id(obj))) is not None:
             self.referred.add(place[1])
             return _refer, (place[1],)
+        kind = type(obj)
+        mode = self.modes.get(kind)
+        if mode is None:
+            mode = self.modes[kind] = _mode(kind, self.fingerprinting)
+        if mode is _DECLINED:  # most objects of a graph: one look-up here instead of the checks below, for each
+            return NotImplemented
+        if mode is _ARRAY:
+            if self.regions is not None and id(obj) not in self.plain:
+                region = self.regions.region_of(obj)
+                if region is not None:
+                    return views.reduce(obj, region)
+            return NotImplemented
         if self.named is not None and isinstance(obj, (type, types.FunctionType, types.ModuleType)):
             home = obj.__name__ if isinstance(obj, types.ModuleType) else obj.__module__
             if isinstance(home, str):
                 self.named.add(home)
         if handles.held(obj):  # an open file, a csv.reader, a database: reopened where it lands
             return handles.reduce(obj)
-        if self.regions is not None and id(obj) not in self.plain:
-            region = self.regions.region_of(obj)
-            if region is not None:
-                return views.reduce(obj, region)
         if self.fingerprinting and (counter := _COUNTERS.get((type(obj).__module__, type(obj).__qualname__))):
             return _without_counting(obj, counter)
         reduced = super().reducer_override(obj)
@@ -185,6 +196,26 @@ class _Pickler(codepickle.Pickler):
             func, args, (state, slots), *rest = reduced
             reduced = (func, args, (state, {**slots, "__globals__": {}}), *rest)
         return reduced
+
+
+#: What :meth:`_Pickler.reducer_override` does with the objects of a type (:func:`_mode`).
+_DECLINED, _ARRAY, _ASKED = "declined", "array", "asked"
+
+
+def _mode(kind: type, fingerprinting: bool) -> str:
+    """What :meth:`_Pickler.reducer_override` does with every object of exactly the type ``kind`` (past the
+    references it looks up by identity first): leaves it to the pickler (``_DECLINED``), reduces it as a view
+    when it lies in a region (``_ARRAY``, numpy's arrays), or asks each of the checks (``_ASKED``: a class,
+    function or module, whose home is named and which cloudpickle and :mod:`.codepickle` reduce; a handle,
+    :func:`handles.moves`; a registry that counts its pickles, when fingerprinting). Asked once per type and
+    pickler: a graph such as a Figure's holds thousands of objects of a few dozen types."""
+    if (
+        issubclass(kind, (type, types.FunctionType, types.ModuleType))
+        or handles.moves(kind)
+        or (fingerprinting and (kind.__module__, kind.__qualname__) in _COUNTERS)
+    ):
+        return _ASKED
+    return _ARRAY if kind.__name__ == "ndarray" and kind.__module__ == "numpy" else _DECLINED
 
 
 #: Types the C pickler saves itself, without asking ``reducer_override``.
@@ -579,7 +610,7 @@ def fingerprint(value: Any, others: Sequence[Any] = (), walked: dict[int, int] |
     except Exception:
         return None  # cannot be pickled: cannot come back either
     if walked is not None:
-        walked.update((key, index) for key, (index, _) in pickler.memo.copy().items() if index >= len(seeded))
+        walked.update({key: index for key, (index, _) in pickler.memo.copy().items() if index >= len(seeded)})
     return payload.fingerprint([out.getbuffer(), *(b.raw() for b in buffers)])
 
 
