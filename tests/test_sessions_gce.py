@@ -163,6 +163,41 @@ def test_a_session_vm_preempted_between_cells_comes_back_with_the_next_cell(burs
 
 
 @pytest.mark.compute_emulator(operation_delay=0.02, preemption_grace=2.0)
+def test_the_next_cell_takes_the_connection_dialed_while_the_last_one_ran_unless_the_vm_went(
+    burst, compute_emulator, monkeypatch
+):
+    session = burst.sessions.start(cores=2, idle="5m", timeout="10m", preload=[])
+    boot = (session.record.session_id, session.record.restarts)
+    ns: dict[str, Any] = {}
+    assert run(burst, "x = 1", ns).state == State.SUCCEEDED
+    ahead = wait_until(lambda: mailbox._ahead.get(boot), what="a connection dialed for the next cell")
+    dialed: list[Any] = []
+    connect = sessionpush.connect
+    monkeypatch.setattr(sessionpush, "connect", lambda *a, **k: dialed.append(a) or connect(*a, **k))
+    job = burst.submit_cell("y = x + 1", capture("y = x + 1", ns, None), burst.options())
+    assert isinstance(job.wake, PushedNews) and job.wake.conn is ahead, "the cell went down the connection dialed ahead"
+    assert job.wait(timeout=120) == State.SUCCEEDED and job.outcome(ns).values["y"] == 2
+    wait_until(lambda: mailbox._ahead.get(boot), what="the next one, dialed while this cell ran")
+    assert len(dialed) == 1
+
+    compute_emulator.preempt(session.machine, wait=True)  # the VM goes; the connection dialed for it ends with it
+    assert compute_emulator.wait_for_status(session.machine, "DELETED", timeout=30) == "DELETED"
+    job = run(burst, "z = 3", ns)
+    assert job.state == State.SUCCEEDED and ns["z"] == 3, job.logs()
+    assert job.session.revived, "the session came back on a new VM: the dead connection was not taken for its VM"
+
+
+def test_a_connection_dialed_ahead_is_taken_only_while_it_is_open():
+    mine, relays = socket.socketpair()
+    try:
+        assert sessionpush.idle_and_open(mine)  # type: ignore[arg-type] - select looks at the descriptor only
+        relays.close()  # the relay ended it (its VM went, or it waited too long for a request)
+        assert not sessionpush.idle_and_open(mine)  # type: ignore[arg-type]
+    finally:
+        mine.close()
+    assert not sessionpush.idle_and_open(mine)  # type: ignore[arg-type]
+
+
 def test_a_cell_in_flight_on_a_preempted_session_vm_recovers_on_a_vm_of_its_own(burst, compute_emulator, tmp_path):
     session = burst.sessions.start(cores=2, idle="5m", timeout="10m", preload=[])
     ns: dict[str, Any] = {}

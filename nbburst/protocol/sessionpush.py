@@ -20,8 +20,10 @@ import datetime
 import functools
 import json
 import os
+import select
 import socket
 import ssl
+import sys
 import tempfile
 from collections.abc import Sequence
 from typing import Any
@@ -37,6 +39,8 @@ from . import overlay, sealed, sessionwire
 HANDSHAKE_SECONDS = 10.0
 #: The TCP port a session VM's relay listens on when it can (one firewall rule admits it: machines/gce/firewall.py).
 PORT = 8470
+#: How long a connection may be idle before its other end is probed (a few probes unanswered end it).
+KEEPALIVE_SECONDS = 20
 #: How long an identity holds: past any session's time limit (a session's time limit is days at most).
 _VALID_DAYS = 30
 
@@ -105,12 +109,35 @@ def connect(push: dict[str, Any], own: dict[str, str], timeout: float) -> ssl.SS
     """A TLS connection to the relay that announced ``push`` (host, port, cert); OSError when it cannot be made
     within ``timeout`` or the other end is not that relay."""
     raw = socket.create_connection((push["host"], int(push["port"])), timeout=timeout)
+    _keep_alive(raw)
     try:
         conn = _client_context(own["key"], own["cert"], push["cert"]).wrap_socket(raw)
     except (OSError, ValueError):
         raw.close()
         raise
     return conn
+
+
+def _keep_alive(sock: socket.socket) -> None:
+    """Probe an idle connection every :data:`KEEPALIVE_SECONDS`: a connection dialed ahead of the next cell waits
+    for it, and a VM gone without closing it (or a middlebox that dropped it) then shows as an error instead of
+    taking the cell. A VPC drops an established connection idle for 10 minutes
+    (https://cloud.google.com/firewall/docs/firewalls#specifications, "Connection tracking"); probes keep it."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    if sys.platform == "linux":
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_SECONDS)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_SECONDS // 4)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+
+
+def idle_and_open(conn: ssl.SSLSocket) -> bool:
+    """Whether a connection on which nothing was sent yet is still open: the relay sends nothing before a request
+    (no session tickets), so anything to read is its end (closed, reset, or a keep-alive probe unanswered)."""
+    try:
+        readable, _, _ = select.select([conn], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return not readable and conn.fileno() >= 0
 
 
 def request_line(place: str, raw: bytes, ops: Sequence[overlay.Op] = ()) -> bytes:
