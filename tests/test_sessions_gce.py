@@ -389,6 +389,7 @@ def test_the_next_pushed_cell_runs_while_the_record_of_the_one_before_is_still_b
         released.set()
     assert isinstance(second.wake, PushedNews)
     assert first.wake.over.wait(60) and second.wake.over.wait(60), "the VM said both records are in the Store"
+    assert isinstance(first.store, overlay.Overlay) and not first.store.objects, "read and stored: let go of"
     store = burst.store_for("gce")
     assert [Job(burst, job.id, store).state for job in (first, second)] == [State.SUCCEEDED, State.SUCCEEDED]
 
@@ -417,6 +418,13 @@ def test_an_overlay_holds_a_cells_objects_and_writes_them_in_order(tmp_path):
     for op in sent:
         held.receive(op)
     assert held.get("jobs/a/result.pkl") == b"result"
+
+    read_first = overlay.Overlay(backing, "jobs/c/", overlay.HOLD)  # a cell read before its record is stored
+    read_first.put("jobs/c/spec.json", b"spec c")
+    read_first.forget()
+    assert read_first.get("jobs/c/spec.json") == b"spec c", "held until the record is in the Store"
+    read_first.stored()
+    assert not read_first.objects and not read_first.local
 
     backing.put("jobs/a/status/0001.json", b"the VM's newer status")
     lost = overlay.Overlay(backing, "jobs/b/", overlay.HOLD)  # a cell whose VM went before it wrote the record

@@ -81,6 +81,7 @@ class Overlay(Store):
         self.held: list[Op] = []  # HOLD: this side's writes, and the other side's it received, in order
         self.on_write: Callable[[Op], None] | None = None  # each write of this side, as it is made
         self.errors: list[BaseException] = []
+        self.forgotten = False  # the cell has been read: its objects go once the record is in the Store
         self._lock = threading.RLock()
         self._queue: queue.Queue[Op | None] = queue.Queue()
         self._writer: threading.Thread | None = None
@@ -288,13 +289,18 @@ class Overlay(Store):
         self._settle()
 
     def _settle(self) -> None:
-        """The record is in the Store: writes go there at once, and what is not held here is read there."""
+        """The record is in the Store: writes go there at once, and what is not held here is read there (nothing,
+        once the cell has been read: see :meth:`forget`)."""
         with self._lock:
             self.mode, self.local = THROUGH, False
-
-    def forget(self) -> None:
-        """Let go of the objects held (the cell has been read): from now on the job is read from the Store."""
-        with self._lock:
-            if self.mode == THROUGH:
+            if self.forgotten:
                 self.objects.clear()
                 self.remote.clear()
+
+    def forget(self) -> None:
+        """Let go of the objects held (the cell has been read): from now on the job is read from the Store, as
+        soon as its record is there (a session's next cell may run while this one's is still being written)."""
+        with self._lock:
+            self.forgotten = True
+        if self.mode == THROUGH:
+            self._settle()
