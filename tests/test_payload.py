@@ -255,3 +255,32 @@ def test_a_pickler_looks_at_what_a_type_is_once_not_at_each_of_its_objects(monke
     loaded = transfer.load_values(writer.finish({}).tobytes(), {"base": base}, {})
     view = loaded.values["values"][2]
     assert view.base is not None and np.shares_memory(view, base)  # an array still travels as a view of a region
+
+
+def test_a_figure_drawn_on_the_machine_at_every_cell_holds_no_more_at_each_cell(figure):
+    """matplotlib's transforms hold their parents by weak reference, but unpickled they keep every parent they
+    had when pickled: a Figure crossing at each cell, drawn there, would hold the transforms of every draw."""
+    import io
+    import pickle
+
+    def objects(fig) -> int:
+        pickler = pickle.Pickler(io.BytesIO(), 5, buffer_callback=lambda _: True)
+        pickler.dump(fig)
+        return len(pickler.memo.copy())
+
+    def cell(ns: dict) -> dict:
+        ns["ax"].set_title("again")
+        return {}
+
+    fig = figure["fig"]
+    held = []
+    for _ in range(3):
+        _burst(figure, ["fig", "ax"], cell, draw="fig")
+        fig.savefig(io.BytesIO(), format="png")  # shown in the kernel too
+        assert figure["fig"] is fig and fig.axes[0].get_title() == "again"
+        held.append(objects(fig))
+    assert held[0] == held[1] == held[2], held
+    ax = figure["ax"]
+    right = ax.transData.transform((3, 0))[0]
+    ax.set_xlim(0, 6)
+    assert ax.transData.transform((3, 0))[0] < right  # a transform still tells its parents it changed

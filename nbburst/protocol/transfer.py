@@ -35,7 +35,9 @@ import io
 import itertools
 import pickle
 import re
+import sys
 import types
+import weakref
 from collections import ChainMap
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -182,6 +184,8 @@ class _Pickler(codepickle.Pickler):
                 if region is not None:
                     return views.reduce(obj, region)
             return NotImplemented
+        if mode is _TRANSFORM:
+            return _with_weak_parents(obj)
         if self.named is not None and isinstance(obj, (type, types.FunctionType, types.ModuleType)):
             home = obj.__name__ if isinstance(obj, types.ModuleType) else obj.__module__
             if isinstance(home, str):
@@ -199,13 +203,14 @@ class _Pickler(codepickle.Pickler):
 
 
 #: What :meth:`_Pickler.reducer_override` does with the objects of a type (:func:`_mode`).
-_DECLINED, _ARRAY, _ASKED = "declined", "array", "asked"
+_DECLINED, _ARRAY, _TRANSFORM, _ASKED = "declined", "array", "transform", "asked"
 
 
 def _mode(kind: type, fingerprinting: bool) -> str:
     """What :meth:`_Pickler.reducer_override` does with every object of exactly the type ``kind`` (past the
     references it looks up by identity first): leaves it to the pickler (``_DECLINED``), reduces it as a view
-    when it lies in a region (``_ARRAY``, numpy's arrays), or asks each of the checks (``_ASKED``: a class,
+    when it lies in a region (``_ARRAY``, numpy's arrays), reduces it to be loaded with weak references to its
+    parents (``_TRANSFORM``, :func:`_pins_parents`), or asks each of the checks (``_ASKED``: a class,
     function or module, whose home is named and which cloudpickle and :mod:`.codepickle` reduce; a handle,
     :func:`handles.moves`; a registry that counts its pickles, when fingerprinting). Asked once per type and
     pickler: a graph such as a Figure's holds thousands of objects of a few dozen types."""
@@ -215,6 +220,8 @@ def _mode(kind: type, fingerprinting: bool) -> str:
         or (fingerprinting and (kind.__module__, kind.__qualname__) in _COUNTERS)
     ):
         return _ASKED
+    if _pins_parents(kind):
+        return _TRANSFORM
     return _ARRAY if kind.__name__ == "ndarray" and kind.__module__ == "numpy" else _DECLINED
 
 
@@ -243,6 +250,37 @@ def _without_counting(obj: Any, counter: str) -> Any:
     if isinstance(state, dict) and isinstance(state.get(counter), int):
         setattr(obj, counter, itertools.count(state[counter]))
     return reduced
+
+
+def _pins_parents(kind: type) -> bool:
+    """Whether ``kind`` sets its state with matplotlib's ``TransformNode.__setstate__``: every transform of a
+    Figure. It turns the parents the state holds into weak references whose callbacks hold the state's own dict
+    of them, so an unpickled transform keeps alive every parent it had when pickled. A Figure that crosses at
+    each cell and is drawn there (a draw makes new transforms) would then hold those of every draw, and cost
+    more to move at each cell."""
+    transforms = sys.modules.get("matplotlib.transforms")  # not imported: no Figure to pickle
+    return transforms is not None and getattr(kind, "__setstate__", None) is transforms.TransformNode.__setstate__
+
+
+def _set_weak_parents(obj: Any, state: dict[str, Any]) -> None:
+    """matplotlib's ``TransformNode.__setstate__`` (:func:`_pins_parents`), except that each parent is held only
+    by a weak reference, keyed by its id here as ``set_children`` keys it, whose callback forgets it."""
+    obj.__dict__ = state
+    parents: dict[int, weakref.ref] = {}
+    for parent in state["_parents"].values():
+        if parent is not None:
+            parents[id(parent)] = weakref.ref(parent, lambda _, pop=parents.pop, key=id(parent): pop(key, None))
+    obj._parents = parents
+
+
+def _with_weak_parents(obj: Any) -> Any:
+    """``obj``'s reduction, its state set by :func:`_set_weak_parents` where it is loaded."""
+    reduced = obj.__reduce_ex__(5)
+    if not isinstance(reduced, tuple) or len(reduced) < 3 or not isinstance(reduced[2], dict):
+        return reduced
+    func, args, state, *rest = reduced
+    items, pairs = (*rest, None, None)[:2]
+    return func, args, state, items, pairs, _set_weak_parents
 
 
 _CONTAINERS = {"list": list, "dict": dict, "set": set, "bytearray": bytearray}
@@ -286,7 +324,11 @@ def _adoptable(obj: Any) -> tuple[str, Any] | None:
 
 
 def _build(obj: Any, state: Any) -> None:
-    """Apply a pickled state to ``obj`` as the unpickler's BUILD does."""
+    """Apply a pickled state to ``obj`` as the unpickler's BUILD does (a transform's as :func:`_with_weak_parents`
+    says)."""
+    if isinstance(state, dict) and _pins_parents(type(obj)):
+        _set_weak_parents(obj, state)
+        return
     setstate = getattr(obj, "__setstate__", None)
     if setstate is not None:
         setstate(state)
