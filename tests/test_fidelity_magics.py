@@ -78,3 +78,30 @@ def test_the_machines_shell_has_the_kernels_magics(burst_env, tmp_path, session)
     assert "%autosave" in burst and "%store" in burst and "%connect_info" in burst
     assert plain.replace("  %burst", "").replace("  %%burst", "") == burst
     assert ("stream", "stdout", "Autosave disabled\n") in after[2]["outputs"]  # ipykernel's, imported where called
+
+
+#: How the shell shows a value: %precision and %pprint in one cell decide how the next cell's Out reads.
+SHOWN = [
+    "import math\nimport numpy as np\nnested = {'b': list(range(30)), 'a': 1}",
+    "%precision 3",
+    "math.pi",
+    "%pprint",
+    "nested",
+    "%pprint",
+    "%precision %.1e",
+    "math.pi, np.float64(1 / 3)",
+    "%precision",
+]
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("session", [False, True], ids=["own-machine", "session"])
+def test_how_the_shell_shows_a_value_is_the_kernels_wherever_a_cell_ran(burst_env, tmp_path, session):
+    then = ("math.pi", "%precision 2", "nested")
+    pairs = run_apart(SHOWN, tmp_path, then, session)
+    assert_same(pairs, [*SHOWN, *then])
+    assert pairs[2][0]["outputs"] == [("execute_result", ("text/plain",), "3.142")]
+    assert pairs[4][0]["outputs"][0][2].startswith("{'b': [0, 1, 2"), "pretty printing off: one line, unsorted"
+    assert pairs[7][0]["outputs"] == [("execute_result", ("text/plain",), "(3.1e+00, 3.3e-01)")]
+    assert pairs[9][0]["outputs"] == [("execute_result", ("text/plain",), "3.141592653589793")]  # the default again
+    assert pairs[11][1]["outputs"][0][2].startswith("{'b': [0,\n"), "pretty printing on again, in the kernel"

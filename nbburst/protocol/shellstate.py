@@ -1,4 +1,4 @@
-"""The IPython shell's own state, as process state: its magics and its extensions.
+"""The IPython shell's own state, as process state: its magics, its extensions and how it shows values.
 
 A cell that registers a magic (``@register_line_magic``, ``@register_cell_magic``,
 ``get_ipython().register_magic_function``, a ``Magics`` class) or loads an extension
@@ -16,6 +16,9 @@ shell that only lists it pays no import (ipykernel's shell module costs a cell h
 An extension is loaded where it can be; where it cannot (a module beside the notebook that this
 cell does not use), it is only marked loaded, its magics coming by name. IPython's own
 magics are in every shell and stay out, and so do nbburst's: a machine runs no burst of its own.
+
+How the shell shows a cell's ``Out`` as text is the shell's too: ``%precision 3`` (its float precision) and
+``%pprint`` (pretty printing on or off) in one cell decide how the next cell's ``Out`` reads, wherever it runs.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from typing import Any
 #: Modules whose magics every shell has (IPython's) or that only the kernel's may have (nbburst's).
 _STAY = ("IPython.core.", "nbburst")
 _KINDS = ("line", "cell")
+#: The text formatter's settings the shell's magics change (``%precision``, ``%pprint``).
+_SHOWN = ("float_precision", "pprint")
 
 
 @dataclass(frozen=True)
@@ -130,13 +135,14 @@ def current() -> dict[str, Any]:
     """The shell's magics that travel, by kind and name, and its loaded extensions."""
     shell = _shell()
     if shell is None:
-        return {"magics": {}, "extensions": []}
+        return {"magics": {}, "extensions": [], "text": {}}
     magics = {}
     for kind in _KINDS:
         table = {name: _describe(magic) for name, magic in shell.magics_manager.magics[kind].items()}
         magics[kind] = {name: shown for name, shown in sorted(table.items()) if shown is not None}
     extensions = sorted(e for e in shell.extension_manager.loaded if not e.startswith(_STAY))
-    return {"magics": magics, "extensions": extensions}
+    text = shell.display_formatter.formatters["text/plain"]
+    return {"magics": magics, "extensions": extensions, "text": {name: getattr(text, name) for name in _SHOWN}}
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -155,6 +161,10 @@ def apply(state: dict[str, Any]) -> None:
     shell = _shell()
     if shell is None:
         return
+    text = shell.display_formatter.formatters["text/plain"]
+    for name, value in state["text"].items():
+        if getattr(text, name) != value:
+            setattr(text, name, value)  # traits: the float format follows the precision, as with %precision
     manager = shell.extension_manager
     for extension in state["extensions"]:
         if extension in manager.loaded:
