@@ -253,6 +253,59 @@ def _matplotlib_set(value: Any) -> None:
     mpl.rcParams._update_raw({k: v for k, v in value["rc"].items() if k not in _MPL_OWN})  # as rc_context restores
 
 
+def _numpy_print_get() -> Any:
+    import numpy as np
+
+    return np.get_printoptions()
+
+
+def _numpy_print_set(value: Any) -> None:
+    import numpy as np
+
+    np.set_printoptions(**value)
+
+
+def _numpy_err_get() -> Any:
+    import numpy as np
+
+    return np.geterr()
+
+
+def _numpy_err_set(value: Any) -> None:
+    import numpy as np
+
+    np.seterr(**value)
+
+
+def _xarray_get() -> Any:
+    from xarray import get_options
+
+    return dict(get_options())
+
+
+def _xarray_set(value: Any) -> None:
+    """Only the options that differ: setting one runs its setter, and some of those warn or act (the file
+    cache is resized, a no-op option warns that it is deprecated)."""
+    from xarray import get_options, set_options
+
+    now = get_options()
+    changed = {k: v for k, v in value.items() if k in now and _differs(now[k], v)}
+    if changed:
+        set_options(**changed)
+
+
+def _decimal_get() -> Any:
+    import decimal
+
+    return decimal.getcontext().copy()
+
+
+def _decimal_set(value: Any) -> None:
+    import decimal
+
+    decimal.setcontext(value.copy())
+
+
 def _warnings_get() -> Any:
     return list(warnings.filters)
 
@@ -268,6 +321,12 @@ register("sklearn.config", _sklearn_get, _sklearn_set, module="sklearn")
 register("pandas.options", _pandas_get, _pandas_set, module="pandas")
 register("matplotlib.rcParams", _matplotlib_get, _matplotlib_set, module="matplotlib")
 register("warnings.filters", _warnings_get, _warnings_set, module="warnings")
+# A library's options, set by a call in one cell and in force in the next (np.set_printoptions, np.seterr,
+# xr.set_options, decimal.getcontext().prec = 50): how values print and compute there.
+register("numpy.printoptions", _numpy_print_get, _numpy_print_set, module="numpy")
+register("numpy.errstate", _numpy_err_get, _numpy_err_set, module="numpy")
+register("xarray.options", _xarray_get, _xarray_set, module="xarray")
+register("decimal.context", _decimal_get, _decimal_set, module="decimal")
 # How the shell shows a Figure (the inline backend's settings); there is no Figure before matplotlib.figure.
 register("IPython.InlineBackend", figureformats.current, figureformats.apply, module="matplotlib.figure")
 # The shell's magics and extensions: what a cell registers or loads there, and what the kernel's has.

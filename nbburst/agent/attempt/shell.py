@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import functools
 import importlib
 import importlib.abc
@@ -199,10 +200,26 @@ class ZMQInteractiveShell(InteractiveShell):
         asyncio.run(self.run_cell_async(code, store_history=False, silent=True, transformed_cell=transformed))
 
     def execute(self, code: str) -> ExecutionResult:
-        """Run ``code`` as ipykernel runs a cell: inside a running event loop, awaited when it awaits."""
-        return asyncio.run(self._execute(code))
+        """Run ``code`` as ipykernel runs a cell: inside a running event loop, awaited when it awaits.
 
-    async def _execute(self, code: str) -> ExecutionResult:
+        The loop runs the cell in a task, on a copy of this context: what the cell sets in a context variable
+        (numpy's print options and error handling, ``decimal.setcontext``) is taken back into this one after
+        it, as it stays in force after a cell in the kernel."""
+        ran: list[contextvars.Context] = []
+        try:
+            return asyncio.run(self._execute(code, ran))
+        finally:
+            for var, value in ran[0].items() if ran else ():
+                if var.get(_UNSET) is not value:
+                    var.set(value)
+
+    async def _execute(self, code: str, ran: list[contextvars.Context]) -> ExecutionResult:
+        try:
+            return await self._execute_here(code)
+        finally:
+            ran.append(contextvars.copy_context())
+
+    async def _execute_here(self, code: str) -> ExecutionResult:
         try:
             transformed, problem = self.transform_cell(code), None
         except Exception:
@@ -212,6 +229,9 @@ class ZMQInteractiveShell(InteractiveShell):
                 code, store_history=True, transformed_cell=transformed, preprocessing_exc_tuple=problem
             )
         return self.run_cell(code, store_history=True)
+
+
+_UNSET = object()  # a context variable with no value here
 
 
 def _probe_first() -> None:
