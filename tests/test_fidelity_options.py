@@ -14,11 +14,11 @@ import pytest
 from test_fidelity_patterns import assert_identical
 
 #: Prints what each option decides: an array's digits, a division by zero, the attributes an operation keeps,
-#: a Decimal's digits; then shows a DataArray as the cell's ``Out`` (text only, or HTML too).
+#: a Decimal's digits, how xarray shows its objects; then shows a DataArray as the cell's ``Out``.
 USE = (
     "print(np.array([1 / 3, 2e-9]), decimal.Decimal(1) / 7)\n"
     "try:\n    print(np.array([1.0]) / 0)\nexcept FloatingPointError as exc:\n    print('raised', exc)\n"
-    "print((xr.DataArray([1, 2], dims='x', attrs={'unit': 'm'}) * 2).attrs)\n"
+    "print((xr.DataArray([1, 2], dims='x', attrs={'unit': 'm'}) * 2).attrs, xr.get_options()['display_style'])\n"
     "xr.DataArray([1, 2], dims='x')"
 )
 
@@ -40,6 +40,30 @@ def test_options_a_cell_sets_are_in_force_in_the_next_cell_on_either_side(burst_
     ]
     plain = assert_identical(cells, {1, 2, 5, 6, 7}, tmp_path)
     assert plain[2]["stdout"].startswith("[0.33 0.  ] 0.142857\nraised divide by zero"), plain[2]
-    assert "{'unit': 'm'}" in plain[2]["stdout"] and "text/html" not in plain[2]["mimes"], plain[2]
-    assert plain[5]["stdout"].startswith("[3.333e-01 2.000e-09] 0.1429\n[inf]\n{}"), plain[5]
-    assert "text/html" in plain[5]["mimes"] and plain[7] == plain[5], (plain[5], plain[7])
+    assert plain[2]["stdout"].endswith("{'unit': 'm'} text\n"), plain[2]
+    assert plain[5]["stdout"] == "[3.333e-01 2.000e-09] 0.1429\n[inf]\n{} html\n", plain[5]
+    assert plain[7] == plain[5], (plain[5], plain[7])
+
+
+#: What each variable is here, and what a program a ``!`` line starts sees of them.
+SEE_ENV = 'print({k: os.environ.get(k) for k in NAMES})\n!echo "$NB_SET|$NB_GONE|$NB_KERNEL"'
+
+
+@pytest.mark.timeout(900)
+def test_environment_variables_a_cell_sets_or_removes_are_in_force_in_the_next_cell(burst_env, tmp_path):
+    """``%env``, ``os.environ[...] =``, ``del``, ``pop``: set on the machine, they reach the kernel and the
+    next machine; set in the kernel, the machine; and a variable the notebook set back to what the process
+    started with, or removed, is so on the other side too."""
+    cells = [
+        "import os\nNAMES = ['NB_SET', 'NB_GONE', 'NB_KERNEL', 'NB_TWICE']\nos.environ['NB_GONE'] = 'there'",
+        "%env NB_SET=from-a-cell\nos.environ['NB_TWICE'] = 'one'\ndel os.environ['NB_GONE']",
+        SEE_ENV,  # on the next machine
+        SEE_ENV,  # in the kernel
+        "%env NB_KERNEL=kernel\nos.environ['NB_TWICE'] = 'two'",
+        SEE_ENV,  # the kernel's, on a machine
+        "os.environ.pop('NB_KERNEL')\nos.environ['NB_GONE'] = 'back'\nos.environ.update(NB_SET='changed')",
+        SEE_ENV,
+    ]
+    plain = assert_identical(cells, {1, 2, 5, 6, 7}, tmp_path)
+    assert plain[2]["stdout"].startswith("{'NB_SET': 'from-a-cell', 'NB_GONE': None"), plain[2]
+    assert plain[7]["stdout"].rstrip().endswith("changed|back|"), plain[7]

@@ -1,0 +1,71 @@
+"""The environment variables a notebook set or removed, as process state carried both ways.
+
+``%env OMP_NUM_THREADS=1``, ``os.environ["KMP_DUPLICATE_LIB_OK"] = "TRUE"``, ``os.environ.pop(...)``: in the
+kernel these stay in force for the next cell, for what it imports and for the programs its ``!`` lines
+start. What travels is not the environment (the machine has its own ``PATH``, ``HOME``, credentials) but
+what the notebook changed in it: each variable set to a value other than the process started with, each
+one the process started with and no longer has. The machine applies the kernel's changes before the cell
+and sends back its own changes, the kernel's included, after it.
+
+Each side keeps nbburst's own variables (``NBBURST_*``, which mark an attempt's processes) and the
+IPython folder a runner is given.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+_OWN_PREFIX = "NBBURST_"
+_OWN = frozenset({"IPYTHONDIR"})
+
+#: The changes last applied here: a variable they set that happens to have, on this side, the value the
+#: process started with is still the notebook's (the kernel did set it), and so is one they removed that
+#: this side never had.
+_applied: dict[str, Any] = {"set": {}, "unset": []}
+
+
+def _own(name: str) -> bool:
+    return name.startswith(_OWN_PREFIX) or name in _OWN
+
+
+@functools.cache
+def _started() -> dict[str, str]:
+    """The environment this process started with: what Linux shows of it (the kernel's, before ipykernel or a
+    notebook cell changed anything), or else the one it has when first asked."""
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return dict(os.environ)
+    pairs = (entry.partition(b"=") for entry in raw.split(b"\0") if b"=" in entry)
+    return {os.fsdecode(name): os.fsdecode(value) for name, _, value in pairs}
+
+
+def current() -> dict[str, Any]:
+    """``{"set": {name: value}, "unset": [name]}``: what differs from the environment the process started with."""
+    start, now = _started(), os.environ
+    changed = {k: v for k, v in now.items() if start.get(k) != v and not _own(k)}
+    changed.update({k: now[k] for k in _applied["set"] if k in now})
+    removed = {k for k in start if k not in now and not _own(k)}
+    removed.update(k for k in _applied["unset"] if k not in now)
+    return {"set": dict(sorted(changed.items())), "unset": sorted(removed)}
+
+
+def apply(value: dict[str, Any]) -> None:
+    """Make the environment the one the process started with, changed as ``value`` says."""
+    global _applied
+    start, before = _started(), current()
+    for name in [*before["set"], *before["unset"]]:  # the earlier changes ``value`` does not make again
+        if name not in value["set"] and name not in value["unset"]:
+            if name in start:
+                os.environ[name] = start[name]
+            else:
+                os.environ.pop(name, None)
+    for name, text in value["set"].items():
+        if os.environ.get(name) != text:
+            os.environ[name] = text
+    for name in value["unset"]:
+        os.environ.pop(name, None)
+    _applied = {"set": dict(value["set"]), "unset": list(value["unset"])}
