@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import envvars, figureformats, shellstate
+from . import envvars, figureformats, loggingstate, shellstate
 from .imports import when_imported
 
 
@@ -327,10 +327,10 @@ register("numpy.printoptions", _numpy_print_get, _numpy_print_set, module="numpy
 register("numpy.errstate", _numpy_err_get, _numpy_err_set, module="numpy")
 register("xarray.options", _xarray_get, _xarray_set, module="xarray")
 register("decimal.context", _decimal_get, _decimal_set, module="decimal")
-# What logging.basicConfig, setLevel and disable leave: the next cell's logger.info prints, or not, alike.
-register("logging", loggingstate.current, loggingstate.apply)
 # The environment variables the notebook set or removed (%env, os.environ[...] = ...), not the environment.
 register("os.environ", envvars.current, envvars.apply, module="os")
+# What logging.basicConfig, setLevel and disable leave: the next cell's logger.info prints, or not, alike.
+register("logging", loggingstate.current, loggingstate.apply)
 # How the shell shows a Figure (the inline backend's settings); there is no Figure before matplotlib.figure.
 register("IPython.InlineBackend", figureformats.current, figureformats.apply, module="matplotlib.figure")
 # The shell's magics and extensions: what a cell registers or loads there, and what the kernel's has.
