@@ -63,6 +63,7 @@ def test_environment_variables_a_cell_sets_or_removes_are_in_force_in_the_next_c
         SEE_ENV,  # the kernel's, on a machine
         "os.environ.pop('NB_KERNEL')\nos.environ['NB_GONE'] = 'back'\nos.environ.update(NB_SET='changed')",
         SEE_ENV,
+        "print(sorted(k for k in os.environ if not k.startswith('NBBURST_')))",  # and nothing of the machine's own
     ]
     plain = assert_identical(cells, {1, 2, 5, 6, 7}, tmp_path)
     assert plain[2]["stdout"].startswith("{'NB_SET': 'from-a-cell', 'NB_GONE': None"), plain[2]

@@ -13,12 +13,16 @@ IPython folder a runner is given.
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Any
 
 _OWN_PREFIX = "NBBURST_"
 _OWN = frozenset({"IPYTHONDIR"})
+
+#: What the changes are measured from: in the kernel, the environment its process started with (the first call
+#: there asks for the changes); on a machine, the first call applies the kernel's, and the environment the
+#: machine had until then is its own (its agent's settings, the attempt's marker), none of it the notebook's.
+_base: dict[str, str] | None = None
 
 #: The changes last applied here: a variable they set that happens to have, on this side, the value the
 #: process started with is still the notebook's (the kernel did set it), and so is one they removed that
@@ -30,9 +34,16 @@ def _own(name: str) -> bool:
     return name.startswith(_OWN_PREFIX) or name in _OWN
 
 
-@functools.cache
 def _started() -> dict[str, str]:
-    """The environment this process started with: what Linux shows of it (the kernel's, before ipykernel or a
+    """The environment the notebook's changes are measured from (``_base``)."""
+    global _base
+    if _base is None:
+        _base = _from_start()
+    return _base
+
+
+def _from_start() -> dict[str, str]:
+    """The environment this process started with: what Linux shows of it (a kernel's, before ipykernel or a
     notebook cell changed anything), or else the one it has when first asked."""
     try:
         with open("/proc/self/environ", "rb") as f:
@@ -44,7 +55,7 @@ def _started() -> dict[str, str]:
 
 
 def current() -> dict[str, Any]:
-    """``{"set": {name: value}, "unset": [name]}``: what differs from the environment the process started with."""
+    """``{"set": {name: value}, "unset": [name]}``: the notebook's changes, as they differ from ``_base``."""
     start, now = _started(), os.environ
     changed = {k: v for k, v in now.items() if start.get(k) != v and not _own(k)}
     changed.update({k: now[k] for k in _applied["set"] if k in now})
@@ -54,8 +65,10 @@ def current() -> dict[str, Any]:
 
 
 def apply(value: dict[str, Any]) -> None:
-    """Make the environment the one the process started with, changed as ``value`` says."""
-    global _applied
+    """Make the environment ``_base`` changed as ``value`` says."""
+    global _applied, _base
+    if _base is None:
+        _base = dict(os.environ)
     start, before = _started(), current()
     for name in [*before["set"], *before["unset"]]:  # the earlier changes ``value`` does not make again
         if name not in value["set"] and name not in value["unset"]:
