@@ -8,6 +8,7 @@ per cell and on a warm session.
 from __future__ import annotations
 
 import pytest
+from support.apart import run_apart
 from support.pairs import assert_same, run_pairs
 
 from nbburst.client.burst import Burst
@@ -142,6 +143,24 @@ def test_the_kernels_figure_formats_hold_on_the_machine_and_come_back(burst_env,
     assert [o[:2] for o in pairs[1][1]["outputs"]] == [("execute_result", svg)]
     assert [o[:2] for o in pairs[2][1]["outputs"]] == [("display_data", svg)]
     assert [o[:2] for o in shown["outputs"]] == [("execute_result", ("image/png", "text/plain"))]
+
+
+# A notebook's first cell sets the figure format before anything imports matplotlib: `%config` only writes the
+# shell's configuration then, which the inline backend starts from when a later cell imports pyplot.
+CONFIG_FIRST = ["%config InlineBackend.figure_format = 'svg'", "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2]);"]
+
+
+@MODES
+def test_a_figure_format_configured_before_matplotlib_holds_on_either_side(burst_env, tmp_path, session):
+    svg = ("display_data", ("image/svg+xml", "text/plain"))
+    for folder in ("kernel", "apart"):
+        (tmp_path / folder).mkdir()
+    _, drawn = run_pairs(CONFIG_FIRST[:1], tmp_path / "kernel", then=("%%burst\n" + CONFIG_FIRST[1],), session=session)
+    assert [o[:2] for o in drawn[0]["outputs"] if o[0] == "display_data"][-1:] == [svg], "the kernel's %config"
+    pairs = run_apart(CONFIG_FIRST, tmp_path / "apart", then=("plt.plot([2, 1]);",), session=session)
+    assert_same(pairs, [*CONFIG_FIRST, "plt.plot([2, 1]);"])
+    assert [o[:2] for o in pairs[1][1]["outputs"]] == [svg], "a %%burst cell's %config, on the next machine"
+    assert [o[:2] for o in pairs[2][1]["outputs"]] == [svg], "and in the kernel"
 
 
 # A shell line (`!cmd`, `x = !cmd`, %sx, %%bash, an alias such as %cat) names files of the kernel's folder, one a

@@ -10,17 +10,23 @@ would not know. So the kernel's settings travel with the cell as any process sta
 (:mod:`.processstate`), and the shell where they land draws Figures as the other one did; a cell that
 changes them changes them in the kernel too.
 
-The state is read and set as soon as ``matplotlib.figure`` is imported, which pyplot does at its
-top: importing matplotlib_inline then would import its backend in the middle of pyplot's own
+The settings are the shell's before any matplotlib is imported: ``%config
+InlineBackend.figure_format = 'svg'`` (or ``'retina'``), a teaching notebook's first cell, only
+writes the shell's configuration, which the backend starts from when a later cell imports pyplot.
+So until the inline backend is imported, the settings are read from and written to that
+configuration, in every cell (a cell that draws on the machine must find the kernel's). Showing
+Figures as images is switched on only once ``matplotlib.figure`` is imported, which pyplot does at
+its top: importing matplotlib_inline then would import its backend in the middle of pyplot's own
 import, and the backend would leave configuring the shell until after the cell (so a cell's
-``plt.show()`` would show text). So until the inline backend is imported, the settings are read
-from and written to the shell's configuration, which it starts from when it is imported.
+``plt.show()`` would show text); and a cell that draws nothing imports no matplotlib for it.
 """
 
 from __future__ import annotations
 
 import sys
 from typing import Any
+
+from .imports import when_imported
 
 #: The inline backend's settings that travel (its configurable traits of the same names).
 SETTINGS = ("figure_formats", "print_figure_kwargs", "close_figures")
@@ -46,21 +52,22 @@ def current() -> dict[str, Any] | None:
     shell = _shell()
     if shell is None:
         return None
-    from matplotlib.figure import Figure
-
     made = _backend_settings()
     if made is not None:
         settings = {name: getattr(made, name) for name in SETTINGS}
     else:
         configured = shell.config.get("InlineBackend", {})
         settings = {name: configured[name] for name in SETTINGS if name in configured}
+        if "figure_format" in configured and "figure_formats" not in settings:  # the one-format alias
+            settings["figure_formats"] = {configured["figure_format"]}
     settings = {
         k: sorted(v) if isinstance(v, set) else dict(v) if isinstance(v, dict) else v for k, v in settings.items()
     }
-    return {
-        "settings": settings,
-        "shown": any(Figure in f.type_printers for f in shell.display_formatter.formatters.values()),
-    }
+    figure = sys.modules.get("matplotlib.figure")
+    shown = figure is not None and any(
+        figure.Figure in f.type_printers for f in shell.display_formatter.formatters.values()
+    )
+    return {"settings": settings, "shown": shown}
 
 
 def apply(value: dict[str, Any] | None) -> None:
@@ -77,8 +84,14 @@ def apply(value: dict[str, Any] | None) -> None:
         for name, setting in settings.items():
             setattr(made, name, setting)
     if value["shown"]:
-        from IPython.core.pylabtools import select_figure_formats
+        when_imported("matplotlib.figure", lambda _module: _show_figures(shell, settings))
 
-        formats = settings.get("figure_formats", {"png"}) if made is None else made.figure_formats
-        kwargs = settings.get("print_figure_kwargs", {}) if made is None else made.print_figure_kwargs
-        select_figure_formats(shell, formats, **kwargs)
+
+def _show_figures(shell: Any, settings: dict[str, Any]) -> None:
+    """Make the shell show Figures as images, in the formats of ``settings`` (or the backend's, once made)."""
+    from IPython.core.pylabtools import select_figure_formats
+
+    made = _backend_settings()
+    formats = settings.get("figure_formats", {"png"}) if made is None else made.figure_formats
+    kwargs = settings.get("print_figure_kwargs", {}) if made is None else made.print_figure_kwargs
+    select_figure_formats(shell, formats, **kwargs)

@@ -331,7 +331,7 @@ register("decimal.context", _decimal_get, _decimal_set, module="decimal")
 register("os.environ", envvars.current, envvars.apply, module="os")
 # What logging.basicConfig, setLevel and disable leave: the next cell's logger.info prints, or not, alike.
 register("logging", loggingstate.current, loggingstate.apply)
-# How the shell shows a Figure (the inline backend's settings); there is no Figure before matplotlib.figure.
-register("IPython.InlineBackend", figureformats.current, figureformats.apply, module="matplotlib.figure")
+# How the shell shows a Figure: the inline backend's settings, which %config sets before any matplotlib is imported.
+register("IPython.InlineBackend", figureformats.current, figureformats.apply, module="IPython")
 # The shell's magics and extensions: what a cell registers or loads there, and what the kernel's has.
 register("IPython.shell", shellstate.current, shellstate.apply, module="IPython")
