@@ -46,17 +46,21 @@ def test_options_a_cell_sets_are_in_force_in_the_next_cell_on_either_side(burst_
 
 
 #: What each variable is here, and what a program a ``!`` line starts sees of them.
-SEE_ENV = 'print({k: os.environ.get(k) for k in NAMES})\n!echo "$NB_SET|$NB_GONE|$NB_KERNEL"'
+SEE_ENV = (
+    "print({k: os.environ.get(k) for k in NAMES}, os.environ['PATH'].split(os.pathsep).count('/nb/bin'))\n"
+    '!echo "$NB_SET|$NB_GONE|$NB_KERNEL"'
+)
 
 
 @pytest.mark.timeout(900)
 def test_environment_variables_a_cell_sets_or_removes_are_in_force_in_the_next_cell(burst_env, tmp_path):
-    """``%env``, ``os.environ[...] =``, ``del``, ``pop``: set on the machine, they reach the kernel and the
-    next machine; set in the kernel, the machine; and a variable the notebook set back to what the process
-    started with, or removed, is so on the other side too."""
+    """``%env``, ``os.environ[...] =``, ``del``, ``pop``, ``PATH`` extended: set on the machine, they reach the
+    kernel and the next machine; set in the kernel, the machine; and a variable the notebook set back to what
+    the process started with, or removed, is so on the other side too."""
     cells = [
         "import os\nNAMES = ['NB_SET', 'NB_GONE', 'NB_KERNEL', 'NB_TWICE']\nos.environ['NB_GONE'] = 'there'",
-        "%env NB_SET=from-a-cell\nos.environ['NB_TWICE'] = 'one'\ndel os.environ['NB_GONE']",
+        "%env NB_SET=from-a-cell\nos.environ['NB_TWICE'] = 'one'\ndel os.environ['NB_GONE']\n"
+        "os.environ['PATH'] = '/nb/bin' + os.pathsep + os.environ['PATH']",
         SEE_ENV,  # on the next machine
         SEE_ENV,  # in the kernel
         "%env NB_KERNEL=kernel\nos.environ['NB_TWICE'] = 'two'",
@@ -68,3 +72,42 @@ def test_environment_variables_a_cell_sets_or_removes_are_in_force_in_the_next_c
     plain = assert_identical(cells, {1, 2, 5, 6, 7}, tmp_path)
     assert plain[2]["stdout"].startswith("{'NB_SET': 'from-a-cell', 'NB_GONE': None"), plain[2]
     assert plain[7]["stdout"].rstrip().endswith("changed|back|"), plain[7]
+
+
+def test_a_variable_the_notebook_extended_extends_the_other_sides_own(monkeypatch):
+    """``PATH`` extended in the kernel is the machine's own ``PATH`` extended alike, and back; a variable
+    replaced or new travels as its value, one removed as removed; nbburst's own stay where they are."""
+    from nbburst.protocol import envvars
+
+    def side(start: dict[str, str]) -> dict[str, str]:
+        monkeypatch.setattr(envvars, "_base", dict(start))
+        monkeypatch.setattr(envvars, "_applied", {"set": {}, "unset": []})
+        monkeypatch.setattr(envvars.os, "environ", dict(start))
+        return envvars.os.environ
+
+    kernel = side({"PATH": "/k/bin:/usr/bin", "HOME": "/k", "LANG": "C", "NBBURST_ROOT": "/k/root"})
+    kernel.update(PATH="/nb/bin:/k/bin:/usr/bin:/tail", LANG="C.UTF-8", NB_NEW="1", NBBURST_ROOT="/elsewhere")
+    del kernel["HOME"]
+    made = envvars.current()
+    assert made == {"set": {"LANG": "C.UTF-8", "NB_NEW": "1", "PATH": ("/nb/bin:", ":/tail")}, "unset": ["HOME"]}
+
+    machine = side({"PATH": "/m/bin", "HOME": "/m", "NBBURST_ATTEMPT": "j:1"})
+    envvars.apply(made)
+    assert machine == {"PATH": "/nb/bin:/m/bin:/tail", "LANG": "C.UTF-8", "NB_NEW": "1", "NBBURST_ATTEMPT": "j:1"}
+    assert envvars.current() == made
+    machine["PATH"] = "/nb/bin:/m/bin"  # the cell drops what the kernel had appended
+    back = envvars.current()
+
+    kernel = side({"PATH": "/k/bin:/usr/bin", "HOME": "/k", "LANG": "C"})
+    envvars.apply(back)
+    assert kernel == {"PATH": "/nb/bin:/k/bin:/usr/bin", "LANG": "C.UTF-8", "NB_NEW": "1"}
+
+    # a side that started with the kernel's values (a machine started after they were set) has them once, and
+    # sends them back as they are; one without the variable a change extends has the entries alone
+    machine = side({"PATH": "/nb/bin:/k/bin:/usr/bin:/tail", "LANG": "C.UTF-8", "NB_NEW": "1"})
+    envvars.apply(made)
+    assert machine == {"PATH": "/nb/bin:/k/bin:/usr/bin:/tail", "LANG": "C.UTF-8", "NB_NEW": "1"}
+    assert envvars.current()["set"] == {"LANG": "C.UTF-8", "NB_NEW": "1", "PATH": "/nb/bin:/k/bin:/usr/bin:/tail"}
+    side({})
+    envvars.apply({"set": {"PATH": ("/nb/bin:", ":/tail")}, "unset": []})
+    assert envvars.os.environ == {"PATH": "/nb/bin:/tail"}

@@ -54,11 +54,36 @@ def _from_start() -> dict[str, str]:
     return {os.fsdecode(name): os.fsdecode(value) for name, _, value in pairs}
 
 
+def _change(before: str | None, now: str) -> str | tuple[str, str]:
+    """A variable's new value, or, for a list of paths the notebook extended (``PATH``, ``PYTHONPATH``), the
+    entries put before and after its earlier value: the other side's own list is extended alike, not replaced
+    by the kernel's."""
+    at = now.find(before) if before and before != now else -1
+    if at < 0:
+        return now
+    ahead, behind = now[:at], now[at + len(before or "") :]
+    if (ahead and not ahead.endswith(os.pathsep)) or (behind and not behind.startswith(os.pathsep)):
+        return now
+    return ahead, behind
+
+
+def _around(change: tuple[str, str], value: str | None) -> str:
+    """The entries ``change`` puts before and after ``value``: alone, where this side has no such variable; none
+    where ``value`` has them already (a machine started from the kernel's environment as the notebook left it)."""
+    ahead, behind = change
+    if value and len(value) >= len(ahead) + len(behind) and value.startswith(ahead) and value.endswith(behind):
+        return value
+    if value:
+        return ahead + value + behind
+    return os.pathsep.join(part for part in (ahead.removesuffix(os.pathsep), behind.removeprefix(os.pathsep)) if part)
+
+
 def current() -> dict[str, Any]:
-    """``{"set": {name: value}, "unset": [name]}``: the notebook's changes, as they differ from ``_base``."""
+    """``{"set": {name: value or (before, after)}, "unset": [name]}``: the notebook's changes, as they differ
+    from ``_base``."""
     start, now = _started(), os.environ
-    changed = {k: v for k, v in now.items() if start.get(k) != v and not _own(k)}
-    changed.update({k: now[k] for k in _applied["set"] if k in now})
+    changed = {k: _change(start.get(k), v) for k, v in now.items() if start.get(k) != v and not _own(k)}
+    changed.update({k: _change(start.get(k), now[k]) for k in _applied["set"] if k in now and k not in changed})
     removed = {k for k in start if k not in now and not _own(k)}
     removed.update(k for k in _applied["unset"] if k not in now)
     return {"set": dict(sorted(changed.items())), "unset": sorted(removed)}
@@ -76,7 +101,8 @@ def apply(value: dict[str, Any]) -> None:
                 os.environ[name] = start[name]
             else:
                 os.environ.pop(name, None)
-    for name, text in value["set"].items():
+    for name, change in value["set"].items():
+        text = change if isinstance(change, str) else _around(change, start.get(name))
         if os.environ.get(name) != text:
             os.environ[name] = text
     for name in value["unset"]:
