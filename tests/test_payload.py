@@ -284,3 +284,20 @@ def test_a_figure_drawn_on_the_machine_at_every_cell_holds_no_more_at_each_cell(
     right = ax.transData.transform((3, 0))[0]
     ax.set_xlim(0, 6)
     assert ax.transData.transform((3, 0))[0] < right  # a transform still tells its parents it changed
+
+
+def test_where_each_of_many_views_of_one_array_lies_is_read_once_not_once_per_view_asked(monkeypatch):
+    """A drawn 3-D surface holds thousands of arrays over one array's memory: each one's bytes are read once,
+    not once for every view asked about (which made asking about each of them take seconds)."""
+    from nbburst.protocol import views
+
+    base = np.arange(400.0)
+    pieces = [base[i : i + 4] for i in range(0, 400, 4)]  # none holds another
+    read: list = []
+    bounds = views._bounds
+    monkeypatch.setattr(views, "_bounds", lambda array: read.append(array) or bounds(array))
+    with_base, alone = views.Regions([base, *pieces]), views.Regions(pieces)
+    assert all(with_base.region_of(p) is base for p in pieces) and with_base.region_of(base[2:6]) is base
+    assert not any(alone.region_of(p) is not None for p in pieces) and alone.region_of(base[2:3]) is pieces[0]
+    asked = 2 * len(pieces) + 2
+    assert len(read) <= (len(pieces) + 1) + len(pieces) + asked  # each array of a group once, each view asked once

@@ -75,19 +75,22 @@ class Regions:
                 continue
             seen.add(id(array))
             self._by_root.setdefault(_root(array), []).append((position, kept, array))
-        self._ranked: dict[int, list[tuple[tuple, Any]]] = {}
+        self._ranked: dict[int, list[tuple[tuple, int, int, Any]]] = {}
         self._ranks: dict[int, tuple] = {}
 
-    def _group(self, root: int) -> list[tuple[tuple, Any]]:
-        """The arrays of ``root``, each with its rank (held, then the largest, then a contiguous one)."""
+    def _group(self, root: int) -> list[tuple[tuple, int, int, Any]]:
+        """The arrays of ``root``, highest rank first (held, then the largest, then a contiguous one), each with
+        its rank and the bytes it spans, read once: a view is compared with the arrays of its group, and a group
+        can hold thousands (most of a drawn 3-D surface's arrays share one array's memory)."""
         ranked = self._ranked.get(root)
         if ranked is None:
             ranked = self._ranked[root] = []
             for position, kept, array in self._by_root[root]:
                 low, high = _bounds(array)
                 rank = (kept, high - low, array.flags.c_contiguous, array.flags.f_contiguous, -position)
-                ranked.append((rank, array))
+                ranked.append((rank, low, high, array))
                 self._ranks[id(array)] = rank
+            ranked.sort(key=lambda entry: entry[0], reverse=True)
         return ranked
 
     def region_of(self, view: Any) -> Any:
@@ -102,14 +105,12 @@ class Regions:
         candidates = self._group(root)
         low, high = _bounds(view)
         own = self._ranks.get(id(view))
-        best, best_rank = None, None
-        for rank, array in candidates:
-            if array is view or (own is not None and rank <= own):
-                continue
-            a_low, a_high = _bounds(array)
-            if a_low <= low and high <= a_high and (best_rank is None or rank > best_rank):
-                best, best_rank = array, rank
-        return best
+        for rank, a_low, a_high, array in candidates:  # the first that holds the view ranks highest of them
+            if own is not None and rank <= own:
+                return None
+            if array is not view and a_low <= low and high <= a_high:
+                return array
+        return None
 
 
 def _decompose(amount: int, strides: tuple[int, ...], shape: tuple[int, ...]) -> list[int] | None:
