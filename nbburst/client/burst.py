@@ -95,6 +95,7 @@ class Burst:
             cap.optional,
             cap.namespace,
             cap.imports,
+            cap.code_name,
         )
         job.namespace = cap.namespace
         job.replayable = cap.replayable
@@ -121,10 +122,12 @@ class Burst:
         optional: frozenset[str] = frozenset(),
         namespace: dict[str, Any] | None = None,
         imports: Iterable[str] = (),
+        code_name: str = "",
     ) -> Job:
         """``extra``: more entries of inputs.json (submodules, which inputs to watch); ``optional``: values
         that stay behind if they cannot be pickled; ``namespace``: where the values come from; ``imports``:
-        modules the job imports (the notebook's own travel with it as files, :mod:`nbburst.protocol.sources`)."""
+        modules the job imports (the notebook's own travel with it as files, :mod:`nbburst.protocol.sources`);
+        ``code_name``: the kernel's name for the cell's code, which the machine compiles it under."""
         session = keep.session_for(self, options)  # a warm session's or a kept machine, up, if any
         machines = self.machines(options.backend)
         # refuses what the backend cannot do, before anything else; a session's cell runs on the machine it has
@@ -156,7 +159,19 @@ class Burst:
             if source is not None:  # its checkpoints, verified and sealed again for this job (before its spec)
                 resume.carry_over(source.folder, JobFolder(written, layout, key), source.label)
             spec = self._write_job(
-                written, layout, key, kind, code, encoded, inputs, files, options, outputs, deletes, plan.to_dict()
+                written,
+                layout,
+                key,
+                kind,
+                code,
+                encoded,
+                inputs,
+                files,
+                options,
+                outputs,
+                deletes,
+                plan.to_dict(),
+                code_name,
             )
         except BaseException:
             store.delete_prefix(layout.prefix)  # no half-written job
@@ -191,6 +206,7 @@ class Burst:
         outputs: list[str] | None,
         deletes: list[str],
         plan: dict[str, Any],
+        code_name: str = "",
     ) -> JobSpec:
         digests: dict[str, str] = {}
 
@@ -227,6 +243,7 @@ class Burst:
             resumed_from=options.resume or "",
             budget_usd=options.budget_usd,
             kept_s=options.keep_s or 0.0,
+            code_name=code_name,
         )
         JobFolder(store, layout, key).create_record(layout.spec, spec.to_json())  # written last: now the job exists
         return spec

@@ -242,6 +242,7 @@ class Capture:
     files: list[str] = field(default_factory=list)  # files the cell names, relative to the kernel's folder
     history: list[str] = field(default_factory=list)  # the kernel's history names the cell reads (among values)
     count: int | None = None  # the kernel's execution count of the cell, the machine's too
+    code_name: str = ""  # the kernel's name for the cell's code, the machine's too (warnings, tracebacks name it)
     imports: list[str] = field(default_factory=list)  # modules the cell, its notebook functions and inputs need
     replayable: dict[str, list[ast.stmt]] = field(default_factory=dict)  # run again in the kernel if they stay behind
 

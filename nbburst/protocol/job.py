@@ -190,6 +190,7 @@ class JobSpec:
     resumed_from: str = ""  # the job whose checkpoints this one began with (--resume)
     budget_usd: float | None = None  # what the job's machines may cost in all (--budget); a launch gets what is left
     kept_s: float = 0.0  # --keep: its machine stays warm for later cells until idle this long after its last one
+    code_name: str = ""  # the file name the kernel gives the cell's code; the machine compiles it under that name
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True, indent=1).encode()

@@ -95,6 +95,12 @@ class BurstMagics(Magics):
         check_syntax(code, f"Cell In[{self.shell.execution_count}]", first_line=2)  # the %%burst line is line 1
         cap = capture(code, self.shell.user_ns, opts.out, getattr(self.shell, "user_ns_hidden", None))
         cap.count = self.shell.execution_count
+        # The name the kernel gives this code run plainly: a warning or traceback from it names it on the machine
+        # as in the kernel, and a function it defines shows its lines here (inspect.getsource, later tracebacks).
+        # IPython hands a cell magic its body with a newline the cell itself has not.
+        raw = cell.removesuffix("\n")
+        cap.code_name = self.shell.compile.get_code_name(raw, code, cap.count)
+        self.shell.compile.cache(code, cap.count, raw_code=raw)
         job = self.client.submit_cell(code, cap, opts)
         if job.session is not None and job.session.revived:
             print(f"nbburst: session {job.session.name}'s machine had ended; it runs again", file=sys.stderr)

@@ -136,7 +136,7 @@ def run(
     prepared = prepared or Prepared(channel)
     syncer = start_in_runner(store, layout, key, channel, control_fd)
     stop = prepared.stop
-    filename = cell_filename(spec.job_id)
+    filename = spec.code_name or cell_filename(spec.job_id)  # the kernel's name for the code, as it runs there
     ns = prepared.ns
     ran: dict[str, Any] | None = None  # what a cell that raised had done when it raised
     try:
