@@ -424,6 +424,7 @@ _NORMALISE = [
     (re.compile(r"\b(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d{1,2} \w{3} \d{4}\b"), "<date>"),
     (re.compile(r"\b\d{2}:\d{2}:\d{2}\b"), "<clock>"),
     (re.compile(r"[ \t]+$", re.M), ""),
+    (re.compile(r"/ipykernel_\d+/"), "/ipykernel_<pid>/"),  # the kernel's name for a cell's code: its process id
 ]
 
 
