@@ -76,6 +76,20 @@ def test_changes_made_in_place_come_back(burst_env):
     assert len(results) == 1 and results[0].stat().st_size < 1_000_000
 
 
+def test_what_a_cell_replaced_inside_its_inputs_is_freed_in_the_kernel_as_plainly(burst_env):
+    """The kernel keeps the handle of every job it ran; it must not keep, through it, the objects a cell replaced
+    inside its inputs (the transforms of a Figure's earlier draws, an estimator's old arrays)."""
+    setup = (
+        "import gc, weakref\nclass Part: pass\n"
+        "box = {'part': Part(), 'parts': [Part()]}\nrefs = [weakref.ref(box['part']), weakref.ref(box['parts'][0])]"
+    )
+    cell = "box['part'] = Part()\nbox['parts'][0] = Part()"
+    check = "gc.collect()\nprint([ref() is None for ref in refs], type(box['part']).__name__)"
+    plain, bursted = both([setup, cell, check, cell, check], burst={1, 3})
+    assert_same(plain, bursted)
+    assert stream(bursted[2]) == stream(bursted[4]) == "[True, True] Part\n"
+
+
 def test_functions_resolve_their_globals_in_the_namespace_they_run_in(burst_env):
     cells = [
         "import numpy as np\n"
