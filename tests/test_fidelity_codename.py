@@ -32,3 +32,21 @@ def test_warnings_and_sources_name_the_cells_code_as_the_kernel_does(burst_env, 
     for mode in ("burst", "session"):
         for i, (p, b) in enumerate(zip(plain, runs[mode], strict=True)):
             assert (b["stdout"], b["stderr"], b["error"]) == (p["stdout"], p["stderr"], p["error"]), (mode, i, b, p)
+
+
+@pytest.mark.timeout(900)
+def test_a_later_machine_reads_the_source_of_what_earlier_cells_defined(burst_env, tmp_path):
+    """A function, a class and its methods defined by one cell, plainly or under ``%%burst``: their lines are
+    on the machine of a later cell that uses them, as they are in the kernel."""
+    from test_fidelity_patterns import assert_identical
+
+    cells = [
+        "import inspect, functools",
+        "def f(x):\n    return 1 / x",
+        "class Box:\n    def size(self):\n        return 3\n    @staticmethod\n    def kind():\n        return 'box'",
+        "print(inspect.getsource(f), inspect.getsource(Box.size), inspect.getsource(Box().kind))",
+        "g = functools.partial(f, 2)\nb = Box()",
+        "print(inspect.getsource(g.func), inspect.getsource(b.size))",
+    ]
+    plain = assert_identical(cells, {2, 3, 5}, tmp_path)
+    assert plain[3]["stdout"].startswith("def f(x):\n    return 1 / x\n     def size(self):"), plain[3]

@@ -20,7 +20,7 @@ from .. import __version__, config
 from ..errors import JobNotFound, UsageError
 from ..machines import Machines, open_machines
 from ..options import CELL_OPTIONS, Options, api_keywords, split_api_options
-from ..protocol import backends, budget, payload, pricing, signing, sources, workfiles
+from ..protocol import backends, budget, celllines, payload, pricing, signing, sources, workfiles
 from ..protocol.env import manifest, manifest_json
 from ..protocol.folder import JobFolder
 from ..protocol.imports import imported_by
@@ -82,6 +82,8 @@ class Burst:
             "history": cap.history,
             "count": cap.count,
         }
+        if lines := celllines.collect(cap.values):  # the earlier cells its functions and classes were defined in
+            extra["lines"] = lines
         options = cap.staged(options)  # the files beside the notebook that the cell names
         job = self._submit(
             "cell",

@@ -20,7 +20,7 @@ import json
 import os
 from typing import Any
 
-from ...protocol import imports, payload, processstate, signing, sources, transfer
+from ...protocol import celllines, imports, payload, processstate, signing, sources, transfer
 from ...protocol.job import JobLayout, JobSpec, blob_key
 from ...store import Store
 from ..session import blobcache
@@ -202,6 +202,7 @@ def load(store: Store, layout: JobLayout, spec: JobSpec, ns: dict[str, Any]) -> 
     if "sources" in manifest:  # the notebook's own modules, first on sys.path before anything is imported
         sources.place(_fetch(store, manifest["sources"], "the notebook's own modules", ns), os.getcwd())
     imports.import_all(manifest.get("submodules", []))
+    celllines.install(manifest.get("lines", {}))
     tracker = processstate.Tracker(
         _fetch(store, manifest["state"], "the process state", ns) if "state" in manifest else {}
     )
