@@ -19,6 +19,7 @@ USE = (
     "print(np.array([1 / 3, 2e-9]), decimal.Decimal(1) / 7)\n"
     "try:\n    print(np.array([1.0]) / 0)\nexcept FloatingPointError as exc:\n    print('raised', exc)\n"
     "print((xr.DataArray([1, 2], dims='x', attrs={'unit': 'm'}) * 2).attrs, xr.get_options()['display_style'])\n"
+    "print(sys.getrecursionlimit())\n"
     "xr.DataArray([1, 2], dims='x')"
 )
 
@@ -26,9 +27,10 @@ USE = (
 @pytest.mark.timeout(900)
 def test_options_a_cell_sets_are_in_force_in_the_next_cell_on_either_side(burst_env, tmp_path):
     cells = [
-        "import decimal\nimport numpy as np\nimport xarray as xr",
+        "import decimal, sys\nimport numpy as np\nimport xarray as xr",
         "np.set_printoptions(precision=2, suppress=True)\nnp.seterr(divide='raise')\n"
-        "xr.set_options(display_style='text', keep_attrs=True)\ndecimal.getcontext().prec = 6",
+        "xr.set_options(display_style='text', keep_attrs=True)\ndecimal.getcontext().prec = 6\n"
+        "sys.setrecursionlimit(2345)",
         USE,  # on the next machine
         USE,  # in the kernel
         "np.set_printoptions(precision=3, suppress=False)\nnp.seterr(divide='ignore')\n"
@@ -40,8 +42,8 @@ def test_options_a_cell_sets_are_in_force_in_the_next_cell_on_either_side(burst_
     ]
     plain = assert_identical(cells, {1, 2, 5, 6, 7}, tmp_path)
     assert plain[2]["stdout"].startswith("[0.33 0.  ] 0.142857\nraised divide by zero"), plain[2]
-    assert plain[2]["stdout"].endswith("{'unit': 'm'} text\n"), plain[2]
-    assert plain[5]["stdout"] == "[3.333e-01 2.000e-09] 0.1429\n[inf]\n{} html\n", plain[5]
+    assert plain[2]["stdout"].endswith("{'unit': 'm'} text\n2345\n"), plain[2]
+    assert plain[5]["stdout"] == "[3.333e-01 2.000e-09] 0.1429\n[inf]\n{} html\n2345\n", plain[5]
     assert plain[7] == plain[5], (plain[5], plain[7])
 
 

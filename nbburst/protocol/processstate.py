@@ -327,6 +327,7 @@ register("numpy.printoptions", _numpy_print_get, _numpy_print_set, module="numpy
 register("numpy.errstate", _numpy_err_get, _numpy_err_set, module="numpy")
 register("xarray.options", _xarray_get, _xarray_set, module="xarray")
 register("decimal.context", _decimal_get, _decimal_set, module="decimal")
+register("sys.recursionlimit", sys.getrecursionlimit, sys.setrecursionlimit, module="sys")  # deep recursion allowed
 # The environment variables the notebook set or removed (%env, os.environ[...] = ...), not the environment.
 register("os.environ", envvars.current, envvars.apply, module="os")
 # What logging.basicConfig, setLevel and disable leave: the next cell's logger.info prints, or not, alike.
