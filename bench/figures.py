@@ -12,6 +12,11 @@ next to nothing: each row's ratio is the figure cell's added seconds over the sa
 (l) a 2-D figure shown again as the Out    (informative)
 (m) a 3-D figure shown again as the Out    (informative)
 
+With the ``bench`` extra installed, an ipyparallel engine runs the same figure cell beside them, as ``%%px``
+users do it: ``fig`` and ``ax`` pushed, the cell run there and its Out drawn to PNG, ``fig`` and the PNG pulled
+back. It moves the same objects by pickle both ways, as any remote Python does: its seconds are what moving the
+Figure costs a peer, and each row gives the session's added seconds over ipyparallel's ("session / ipyparallel").
+
 Then, where the figure cell's added time goes, pass by pass, run in this one process as the kernel and the
 machine run them (the inputs pickled, unpickled, fingerprinted as they arrive, the cell and its Out drawn,
 fingerprinted again, the changed ones pickled back, loaded into the kernel's objects), beside the same passes
@@ -36,6 +41,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 SESSION = "session"
+IPP = "ipyparallel"
 FIGURES = {
     "2-D": (
         "import numpy as np\nimport matplotlib.pyplot as plt\nx = np.linspace(0, 10, 200)\n"
@@ -105,6 +111,7 @@ def measure(bench: Any, Row: Any) -> list[Any]:
 
     shell = kernel_like()
     repeat = max(bench.args.repeat, 3)
+    peer = _Engine.start()
     burst = bench.burst
     burst.sessions.start("figures", cores=1, idle="30m", timeout="2h", preload=[])
     burst.sessions.default = None  # the %%burst rows run on a new machine each; the session rows name it
@@ -126,6 +133,7 @@ def measure(bench: Any, Row: Any) -> list[Any]:
                     "alike": on(bench.opts, alike, {"blob": bytearray(pickled)}),
                     SESSION: on(session, code, ns),
                     "alike on a session": on(session, alike, {"blob": bytearray(pickled)}),
+                    **({IPP: lambda code=code, ns=ns: peer.cell(code, ns)} if peer is not None else {}),
                 },
                 repeat,
             )
@@ -140,10 +148,51 @@ def measure(bench: Any, Row: Any) -> list[Any]:
                     (f - p) / max(a, 1e-3) for f, p, a in zip(times[system], plains, times[alike_system], strict=True)
                 ]
                 row.add(system, statistics.median(times[system]), statistics.median(ratios))
+            if peer is not None:
+                session_added = statistics.median(_added(times[SESSION], plains))
+                peer_added = statistics.median(_added(times[IPP], plains))
+                print(f"{kind:>4} added: session {session_added:.3f} s, ipyparallel {peer_added:.3f} s")
+                row.add(IPP, statistics.median(times[IPP]), session_added / max(peer_added, 1e-3))
             rows.append(row)
     finally:
         burst.sessions.stop("figures")
+        if peer is not None:
+            peer.stop()
     return rows
+
+
+def _added(samples: list[float], plains: list[float]) -> list[float]:
+    return [s - p for s, p in zip(samples, plains, strict=True)]
+
+
+class _Engine:
+    """An ipyparallel engine running a figure cell as ``%%px`` does (None without the ``bench`` extra)."""
+
+    def __init__(self, cluster: Any, view: Any):
+        self.cluster, self.view = cluster, view
+
+    @classmethod
+    def start(cls) -> _Engine | None:
+        try:
+            import ipyparallel as ipp
+        except ImportError:
+            print("ipyparallel is not installed (the bench extra): no peer row")
+            return None
+        cluster = ipp.Cluster(n=1, log_level=40)
+        view = cluster.start_and_connect_sync()[0]
+        view.block = True
+        view.execute("from IPython.core.pylabtools import print_figure\nimport matplotlib.pyplot")
+        return cls(cluster, view)
+
+    def cell(self, code: str, ns: dict[str, Any]) -> None:
+        """``fig`` and ``ax`` there, the cell's statements and its Out drawn to PNG, both back here."""
+        *body, last = code.splitlines()
+        self.view.push({"fig": ns["fig"], "ax": ns["ax"]})
+        self.view.execute("\n".join(body) + f"\n_png = print_figure({last}, 'png', bbox_inches='tight')")
+        self.view.pull(["fig", "_png"])
+
+    def stop(self) -> None:
+        self.cluster.stop_cluster_sync()
 
 
 PASSES = (
