@@ -113,3 +113,24 @@ def test_a_variable_the_notebook_extended_extends_the_other_sides_own(monkeypatc
     side({})
     envvars.apply({"set": {"PATH": ("/nb/bin:", ":/tail")}, "unset": []})
     assert envvars.os.environ == {"PATH": "/nb/bin:/tail"}
+
+
+@pytest.mark.timeout(900)
+def test_entries_a_cell_adds_to_sys_path_are_there_for_the_next_cells_imports(burst_env, tmp_path):
+    """``sys.path.insert(0, ...)`` of a folder beside the notebook (absolute, as ``os.path.abspath`` makes it) in a
+    ``%%burst`` cell: the next cell imports from it, there and in the kernel; one the kernel appends (relative),
+    on the machine; the site-packages of either side stay its own."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "helper_a.py").write_text("X = 'a'\n")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "helper_b.py").write_text("Y = 'b'\n")
+    cells = [
+        "import os, sys",
+        "sys.path.insert(0, os.path.abspath('src'))",
+        "import helper_a\nprint(helper_a.X, sys.path[0] == os.path.abspath('src'))",
+        "print(sys.path[0] == os.path.abspath('src'))",
+        "sys.path.append('lib')",
+        "import helper_b\nprint(helper_b.Y, sys.path[0] == os.path.abspath('src'), sys.path[-1])",
+    ]
+    plain = assert_identical(cells, {1, 2, 5}, tmp_path)
+    assert plain[5]["stdout"] == "b True lib\n", plain[5]

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import envvars, figureformats, loggingstate, shellstate
+from . import envvars, figureformats, loggingstate, shellstate, syspath
 from .imports import when_imported
 
 
@@ -328,6 +328,8 @@ register("numpy.errstate", _numpy_err_get, _numpy_err_set, module="numpy")
 register("xarray.options", _xarray_get, _xarray_set, module="xarray")
 register("decimal.context", _decimal_get, _decimal_set, module="decimal")
 register("sys.recursionlimit", sys.getrecursionlimit, sys.setrecursionlimit, module="sys")  # deep recursion allowed
+# The entries the notebook added to sys.path (sys.path.insert(0, "src")), not the path.
+register("sys.path", syspath.current, syspath.apply, module="sys")
 # The environment variables the notebook set or removed (%env, os.environ[...] = ...), not the environment.
 register("os.environ", envvars.current, envvars.apply, module="os")
 # What logging.basicConfig, setLevel and disable leave: the next cell's logger.info prints, or not, alike.

@@ -1,0 +1,59 @@
+"""The entries a notebook added to ``sys.path``, as process state carried both ways.
+
+``sys.path.insert(0, "../src")`` or ``sys.path.append(os.path.abspath("lib"))`` in one cell, ``import mymodule``
+in the next: in the kernel the path stays. What travels is not the path (each side has its own
+``site-packages``) but the entries the notebook put before and after it, an entry inside the working folder as
+a place in that folder, since the machine's working folder stands for the kernel's.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+#: The path the notebook's entries are added to: in the kernel, as the first cell that runs elsewhere finds it;
+#: on a machine, as it is when the kernel's entries arrive (the machine's own, the notebook's modules' folder).
+_base: list[str] | None = None
+
+
+def _portable(entry: str) -> str | tuple[str]:
+    """An entry inside the working folder as ``(relative,)``; any other as it is."""
+    cwd = os.getcwd()
+    if os.path.isabs(entry) and (entry == cwd or entry.startswith(cwd + os.sep)):
+        return (os.path.relpath(entry, cwd),)
+    return entry
+
+
+def _local(entry: str | tuple[str] | list[str]) -> str:
+    if isinstance(entry, str):
+        return entry
+    return os.path.normpath(os.path.join(os.getcwd(), entry[0]))
+
+
+def current() -> dict[str, list[Any]]:
+    """``{"front": [...], "back": [...]}``: the entries added before the first of ``_base`` still there, and after."""
+    global _base
+    if _base is None:
+        _base = list(sys.path)
+    kept = set(_base)
+    first = next((i for i, entry in enumerate(sys.path) if entry in kept), len(sys.path))
+    added = [(i, entry) for i, entry in enumerate(sys.path) if entry not in kept and isinstance(entry, str)]
+    return {
+        "front": [_portable(entry) for i, entry in added if i < first],
+        "back": [_portable(entry) for i, entry in added if i > first],
+    }
+
+
+def apply(value: dict[str, list[Any]]) -> None:
+    """Put ``value``'s entries around this side's path, instead of the ones applied or added before."""
+    global _base
+    if _base is None:
+        _base = list(sys.path)
+    front, back = [_local(e) for e in value["front"]], [_local(e) for e in value["back"]]
+    kept = set(_base)
+    sys.path[:] = [e for e in sys.path if e in kept or e in front or e in back]
+    for entry in reversed(front):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    sys.path.extend(entry for entry in back if entry not in sys.path)
