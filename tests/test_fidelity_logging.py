@@ -6,8 +6,13 @@ session), then cells that log run plainly in both kernels."""
 from __future__ import annotations
 
 import pytest
-from support.apart import run_apart
-from support.pairs import assert_same
+from support.apart import same_apart
+
+#: Each test on a new machine per cell, and on one warm session.
+pytestmark = [
+    pytest.mark.timeout(900),
+    pytest.mark.parametrize("session", [False, True], ids=["own-machine", "session"]),
+]
 
 CELLS = [
     "import logging\nlogging.basicConfig(level=logging.INFO, format='%(levelname)s|%(name)s|%(message)s')",
@@ -21,12 +26,9 @@ CELLS = [
 ]
 
 
-@pytest.mark.timeout(900)
-@pytest.mark.parametrize("session", [False, True], ids=["own-machine", "session"])
 def test_the_logging_a_cell_configures_is_in_force_in_the_next_wherever_each_ran(burst_env, tmp_path, session):
     then = ("logging.error('in the kernel')\nlogging.getLogger('quiet').warning('not shown')",)
-    pairs = run_apart(CELLS, tmp_path, then, session)
-    assert_same(pairs, [*CELLS, *then])
+    pairs = same_apart(CELLS, tmp_path, then, session)
     assert pairs[1][0]["outputs"] == [("stream", "stderr", "INFO|train|epoch 1\n")]
     assert pairs[3][0]["outputs"] == [("stream", "stderr", "ERROR|quiet|shown\n")]
     assert pairs[5][0]["outputs"] == [("stream", "stderr", "WARNING: warned\n")]

@@ -5,7 +5,7 @@ kernel's magics. Each cell runs plainly, then under %%burst, in one real kernel 
 from __future__ import annotations
 
 import pytest
-from support.apart import run_apart
+from support.apart import run_apart, same_apart
 from support.pairs import assert_same, run_pairs
 
 REGISTERED = [
@@ -98,8 +98,7 @@ SHOWN = [
 @pytest.mark.parametrize("session", [False, True], ids=["own-machine", "session"])
 def test_how_the_shell_shows_a_value_is_the_kernels_wherever_a_cell_ran(burst_env, tmp_path, session):
     then = ("math.pi", "%precision 2", "nested")
-    pairs = run_apart(SHOWN, tmp_path, then, session)
-    assert_same(pairs, [*SHOWN, *then])
+    pairs = same_apart(SHOWN, tmp_path, then, session)
     assert pairs[2][0]["outputs"] == [("execute_result", ("text/plain",), "3.142")]
     assert pairs[4][0]["outputs"][0][2].startswith("{'b': [0, 1, 2"), "pretty printing off: one line, unsorted"
     assert pairs[7][0]["outputs"] == [("execute_result", ("text/plain",), "(3.1e+00, 3.3e-01)")]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from .pairs import run_pairs
+from .pairs import assert_same, run_pairs
 
 
 def run_apart(
@@ -26,3 +26,13 @@ def run_apart(
     _, plain = run_pairs([], folders[0], (*cells, *then))
     _, burst = run_pairs([], folders[1], (*("%%burst\n" + c for c in cells), *then), session)
     return list(zip(plain, burst, strict=True))
+
+
+def same_apart(
+    cells: list[str], cwd: Path, then: tuple[str, ...] = (), session: bool = False
+) -> list[tuple[dict, dict]]:
+    """:func:`run_apart`'s observations, once each cell and each of ``then`` is checked to show under %%burst
+    what it shows plainly."""
+    pairs = run_apart(cells, cwd, then, session)
+    assert_same(pairs, [*cells, *then])
+    return pairs
