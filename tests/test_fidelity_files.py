@@ -9,8 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.apart import run_apart
-from support.pairs import assert_same
+from support.apart import same_apart
 
 from nbburst.protocol import workfiles
 
@@ -52,8 +51,7 @@ def _folder(root: Path) -> None:
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("session", [False, True], ids=["own-machine", "session"])
 def test_the_kernels_files_as_the_cell_finds_and_leaves_them(burst_env, tmp_path, session):
-    pairs = run_apart(CELLS, tmp_path, LOOK, session, setup=_folder)
-    assert_same(pairs, [*CELLS, *LOOK])
+    pairs = same_apart(CELLS, tmp_path, LOOK, session, setup=_folder)
     plain = [seen["outputs"] for seen, _ in pairs]
     assert plain[0] == [("stream", "stdout", "Writing first.py\n")]
     assert plain[1] == [("stream", "stdout", "Appending to first.py\n")]

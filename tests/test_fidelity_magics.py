@@ -5,7 +5,7 @@ kernel's magics. Each cell runs plainly, then under %%burst, in one real kernel 
 from __future__ import annotations
 
 import pytest
-from support.apart import run_apart, same_apart
+from support.apart import same_apart
 from support.pairs import assert_same, run_pairs
 
 REGISTERED = [
@@ -57,8 +57,7 @@ def test_magics_a_cell_registers_are_the_kernels_next(burst_env, tmp_path, sessi
 @pytest.mark.parametrize("session", [False, True], ids=["own-machine", "session"])
 def test_an_extension_a_cell_loads_is_loaded_in_the_kernel(burst_env, tmp_path, session):
     then = ("%%csv\nq\n7", "%load_ext csvmagic")
-    pairs = run_apart(EXTENSIONS, tmp_path, then, session)
-    assert_same(pairs, [*EXTENSIONS, *then])
+    pairs = same_apart(EXTENSIONS, tmp_path, then, session)
     assert pairs[2][0]["outputs"][0][0] == "execute_result"
     assert pairs[3][0]["outputs"] == [
         ("stream", "stdout", "The csvmagic extension is already loaded. To reload it, use:\n  %reload_ext csvmagic\n")

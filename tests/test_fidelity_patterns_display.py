@@ -8,7 +8,7 @@ per cell and on a warm session.
 from __future__ import annotations
 
 import pytest
-from support.apart import run_apart
+from support.apart import same_apart
 from support.pairs import assert_same, run_pairs
 
 from nbburst.client.burst import Burst
@@ -157,8 +157,7 @@ def test_a_figure_format_configured_before_matplotlib_holds_on_either_side(burst
         (tmp_path / folder).mkdir()
     _, drawn = run_pairs(CONFIG_FIRST[:1], tmp_path / "kernel", then=("%%burst\n" + CONFIG_FIRST[1],), session=session)
     assert [o[:2] for o in drawn[0]["outputs"] if o[0] == "display_data"][-1:] == [svg], "the kernel's %config"
-    pairs = run_apart(CONFIG_FIRST, tmp_path / "apart", then=("plt.plot([2, 1]);",), session=session)
-    assert_same(pairs, [*CONFIG_FIRST, "plt.plot([2, 1]);"])
+    pairs = same_apart(CONFIG_FIRST, tmp_path / "apart", then=("plt.plot([2, 1]);",), session=session)
     assert [o[:2] for o in pairs[1][1]["outputs"]] == [svg], "a %%burst cell's %config, on the next machine"
     assert [o[:2] for o in pairs[2][1]["outputs"]] == [svg], "and in the kernel"
 

@@ -29,10 +29,14 @@ def run_apart(
 
 
 def same_apart(
-    cells: list[str], cwd: Path, then: tuple[str, ...] = (), session: bool = False
+    cells: list[str],
+    cwd: Path,
+    then: tuple[str, ...] = (),
+    session: bool = False,
+    setup: Callable[[Path], None] | None = None,
 ) -> list[tuple[dict, dict]]:
     """:func:`run_apart`'s observations, once each cell and each of ``then`` is checked to show under %%burst
     what it shows plainly."""
-    pairs = run_apart(cells, cwd, then, session)
+    pairs = run_apart(cells, cwd, then, session, setup)
     assert_same(pairs, [*cells, *then])
     return pairs
