@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_fidelity_patterns import observed
+from support.threeways import observed
 
 
 @pytest.mark.timeout(900)
@@ -38,7 +38,7 @@ def test_warnings_and_sources_name_the_cells_code_as_the_kernel_does(burst_env, 
 def test_a_later_machine_reads_the_source_of_what_earlier_cells_defined(burst_env, tmp_path):
     """A function, a class and its methods defined by one cell, plainly or under ``%%burst``: their lines are
     on the machine of a later cell that uses them, as they are in the kernel."""
-    from test_fidelity_patterns import assert_identical
+    from support.threeways import assert_identical
 
     cells = [
         "import inspect, functools",

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_fidelity_patterns import agree, observed
+from support.threeways import agree, observed
 
 #: What each mode runs before the test's own cells, after its own (AROUND): two cells in all in every mode, so
 #: that the cells' execution counts (``_3``, ``Out[3]``, ``_i3``) are the same, the first the same (``_i1``).

@@ -11,7 +11,7 @@ cell; one warm session), as tests/test_fidelity_patterns.py does.
 from __future__ import annotations
 
 import pytest
-from test_fidelity_patterns import assert_identical
+from support.threeways import assert_identical
 
 #: Prints what each option decides: an array's digits, a division by zero, the attributes an operation keeps,
 #: a Decimal's digits, how xarray shows its objects; then shows a DataArray as the cell's ``Out``.

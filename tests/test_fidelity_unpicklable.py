@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 
 import pytest
-from test_fidelity_patterns import assert_identical, observed
+from support.threeways import assert_identical, observed
 
 from nbburst.client.replay import definitions, settle
 
