@@ -10,8 +10,13 @@ cell; one warm session), as tests/test_fidelity_patterns.py does.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from support.threeways import assert_identical
+
+from nbburst.protocol import syspath
 
 #: Prints what each option decides: an array's digits, a division by zero, the attributes an operation keeps,
 #: a Decimal's digits, how xarray shows its objects; then shows a DataArray as the cell's ``Out``.
@@ -134,3 +139,16 @@ def test_entries_a_cell_adds_to_sys_path_are_there_for_the_next_cells_imports(bu
     ]
     plain = assert_identical(cells, {1, 2, 5}, tmp_path)
     assert plain[5]["stdout"] == "b True lib\n", plain[5]
+
+
+def test_a_path_entry_added_as_a_path_object_travels_and_stays(monkeypatch, tmp_path):
+    """``sys.path.append(Path("lib"))``: the entry travels as the path it names, and the kernel keeps its own
+    object when the machine's entries come back (the cell appended another)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", ["/base"])
+    monkeypatch.setattr(syspath, "_base", None)
+    assert syspath.current() == {"front": [], "back": []}
+    sys.path.append(Path("lib"))
+    assert syspath.current() == {"front": [], "back": ["lib"]}
+    syspath.apply({"front": [], "back": ["lib", "more"]})
+    assert sys.path == ["/base", Path("lib"), "more"]

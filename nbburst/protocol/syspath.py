@@ -31,6 +31,11 @@ def _local(entry: str | tuple[str] | list[str]) -> str:
     return os.path.normpath(os.path.join(os.getcwd(), entry[0]))
 
 
+def _path(entry: Any) -> str | None:
+    """An entry as the path it names (``sys.path.append(Path("src"))`` names one too); None for anything else."""
+    return os.fspath(entry) if isinstance(entry, (str, os.PathLike)) else None
+
+
 def current() -> dict[str, list[Any]]:
     """``{"front": [...], "back": [...]}``: the entries added before the first of ``_base`` still there, and after."""
     global _base
@@ -38,22 +43,24 @@ def current() -> dict[str, list[Any]]:
         _base = list(sys.path)
     kept = set(_base)
     first = next((i for i, entry in enumerate(sys.path) if entry in kept), len(sys.path))
-    added = [(i, entry) for i, entry in enumerate(sys.path) if entry not in kept and isinstance(entry, str)]
+    added = [(i, path) for i, entry in enumerate(sys.path) if entry not in kept and (path := _path(entry)) is not None]
     return {
-        "front": [_portable(entry) for i, entry in added if i < first],
-        "back": [_portable(entry) for i, entry in added if i > first],
+        "front": [_portable(path) for i, path in added if i < first],
+        "back": [_portable(path) for i, path in added if i > first],
     }
 
 
 def apply(value: dict[str, list[Any]]) -> None:
-    """Put ``value``'s entries around this side's path, instead of the ones applied or added before."""
+    """Put ``value``'s entries around this side's path, instead of the ones applied or added before (an entry
+    that names no path never travels, and stays)."""
     global _base
     if _base is None:
         _base = list(sys.path)
     front, back = [_local(e) for e in value["front"]], [_local(e) for e in value["back"]]
-    kept = set(_base)
-    sys.path[:] = [e for e in sys.path if e in kept or e in front or e in back]
+    kept, wanted = set(_base), {*front, *back}
+    sys.path[:] = [e for e in sys.path if e in kept or (path := _path(e)) is None or path in wanted]
+    present = {_path(e) for e in sys.path}
     for entry in reversed(front):
-        if entry not in sys.path:
+        if entry not in present:
             sys.path.insert(0, entry)
-    sys.path.extend(entry for entry in back if entry not in sys.path)
+    sys.path.extend(entry for entry in back if entry not in present)
