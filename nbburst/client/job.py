@@ -405,18 +405,16 @@ class Job:
             raise JobCancelled(f"job {self.label} was cancelled: {reason}")
         raise JobFailed(f"job {self.label} failed: {reason}")
 
-    def forget_inputs(self) -> None:
-        """The cell's values are in the kernel: let go of the objects inside its inputs as they were sent, which
-        only loading its result refers to. The kernel keeps a job's handle for as long as it runs; through it, it
-        kept every object a cell replaced inside an input (a Figure's transforms of each draw, an estimator's old
-        arrays). Loading the result again later refers to what the kernel holds then, as after a restart."""
-        self.inner = {}
-
     def _load(self, data: Any, namespace: dict[str, Any] | None) -> CellResult:
+        """The result in ``namespace``'s terms. Loaded, it no longer needs the objects inside the inputs as they
+        were sent, and lets go of them: the kernel keeps a job's handle for as long as it runs, and through it
+        kept every object a cell replaced inside an input (a Figure's transforms of each draw, an estimator's old
+        arrays). Loading the result again later refers to what the namespace holds then, as after a restart."""
         target = namespace if namespace is not None else self.namespace
         if self.imports_ahead is not None:
             self.imports_ahead.join()  # its modules are the values' modules: imported by one thread at a time
-        return CellResult.load(data, target if target is not None else user_namespace(), self.inner, self.replayable)
+        inner, self.inner = self.inner, {}
+        return CellResult.load(data, target if target is not None else user_namespace(), inner, self.replayable)
 
     def remote_error(self) -> dict[str, Any]:
         return read_error(self.store, self.layout, self.key())

@@ -176,11 +176,8 @@ class BurstMagics(Magics):
             for line in job.bring_back():
                 print(f"nbburst: {line}", file=sys.stderr)
         # raises the cell's own exception (what it did first stays, as here), or why there is no result
-        try:
-            outcome = job.outcome(self.shell.user_ns, before=self._merge)
-            self._merge(outcome)
-        finally:
-            job.forget_inputs()
+        outcome = job.outcome(self.shell.user_ns, before=self._merge)
+        self._merge(outcome)
         if out_shown:  # only `_` and Out[n] are left to set, as the kernel's displayhook would
             if outcome.has_last:
                 self.shell.displayhook.update_user_ns(outcome.last)
