@@ -9,25 +9,6 @@ from pathlib import Path
 from .pairs import assert_same, run_pairs
 
 
-def run_apart(
-    cells: list[str],
-    cwd: Path,
-    then: tuple[str, ...] = (),
-    session: bool = False,
-    setup: Callable[[Path], None] | None = None,
-) -> list[tuple[dict, dict]]:
-    """(plain, burst) observations of each cell, then of the cells ``then`` run as they are after them;
-    ``setup(folder)`` fills each kernel's folder first."""
-    folders = cwd / "plain", cwd / "burst"
-    for folder in folders:
-        folder.mkdir()
-        if setup is not None:
-            setup(folder)
-    _, plain = run_pairs([], folders[0], (*cells, *then))
-    _, burst = run_pairs([], folders[1], (*("%%burst\n" + c for c in cells), *then), session)
-    return list(zip(plain, burst, strict=True))
-
-
 def same_apart(
     cells: list[str],
     cwd: Path,
@@ -35,8 +16,15 @@ def same_apart(
     session: bool = False,
     setup: Callable[[Path], None] | None = None,
 ) -> list[tuple[dict, dict]]:
-    """:func:`run_apart`'s observations, once each cell and each of ``then`` is checked to show under %%burst
-    what it shows plainly."""
-    pairs = run_apart(cells, cwd, then, session, setup)
+    """(plain, burst) observations of each cell, then of the cells ``then`` run as they are after them, once each
+    is checked to show under %%burst what it shows plainly; ``setup(folder)`` fills each kernel's folder first."""
+    folders = cwd / "plain", cwd / "burst"
+    for folder in folders:
+        folder.mkdir()
+        if setup is not None:
+            setup(folder)
+    _, plain = run_pairs([], folders[0], (*cells, *then))
+    _, burst = run_pairs([], folders[1], (*("%%burst\n" + c for c in cells), *then), session)
+    pairs = list(zip(plain, burst, strict=True))
     assert_same(pairs, [*cells, *then])
     return pairs
