@@ -24,7 +24,7 @@ from nbburst.client.session.mailbox import PushedNews
 from nbburst.errors import UsageError
 from nbburst.machines.base import machine_name
 from nbburst.protocol import overlay, sessionpush, sessionwire
-from nbburst.protocol.job import State, blob_key
+from nbburst.protocol.job import QUICK_STALE_SECONDS, State, blob_key
 from nbburst.protocol.sealed import Refused
 from nbburst.store import AlreadyExists, NotFound, Store, open_store
 from nbburst.ui import cli
@@ -358,12 +358,17 @@ def test_a_pushed_cell_waits_on_no_store_operation_and_its_record_is_written_beh
         operations.clear()
         requests.clear()
         ns: dict[str, Any] = {"n": n}
+        began = time.monotonic()
         job = burst.submit_cell("x = n + 1", capture("x = n + 1", ns, None), burst.options())
         assert job.wait(timeout=120) == State.SUCCEEDED, job.logs()
         job.outcome(ns).merge_into(ns)
+        took = time.monotonic() - began
         assert ns["x"] == n + 1
         assert operations == [], "from the submission to the cell's values, the notebook waited on no Store operation"
-        assert requests == [], "nor on Compute Engine: the session's VM that ran the cell runs on, the session's own"
+        if took < QUICK_STALE_SECONDS:
+            assert requests == [], "nor on Compute Engine: the session's VM that ran the cell runs on, the session's own"
+        else:  # a machine so busy that the VM wrote no status for that long: whether it is gone is asked, only that
+            assert set(requests) <= {"describing the VM"}, requests
         assert isinstance(job.wake, PushedNews)
         assert job.wake.over.wait(60), "the VM said the job's record is in the Store"
         assert operations == [], "the VM wrote the record: the notebook wrote nothing"
