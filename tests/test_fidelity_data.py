@@ -298,6 +298,24 @@ def test_a_value_that_cannot_come_back_costs_only_itself_and_what_holds_it():
     assert np.array_equal(loaded.values["arr"], np.arange(5)) and loaded.values["n"] == 1
 
 
+def test_a_value_that_cannot_come_back_after_others_keeps_what_it_shares_with_them():
+    shared = np.arange(4)
+    fragile = Fragile()
+    fragile.data = shared
+    writer = transfer.Writer()
+    for name, value in {"first": [shared], "fragile": fragile, "after": {"s": shared}, "n": 1}.items():
+        assert writer.add(name, value) is None
+    blob = writer.finish({}).tobytes()
+    Fragile.broken = True
+    try:
+        loaded = transfer.load_values(blob, {})
+    finally:
+        Fragile.broken = False
+    assert set(loaded.failed) == {"fragile"}
+    first, after = loaded.values["first"], loaded.values["after"]
+    assert after["s"] is first[0] and np.array_equal(first[0], shared), "the array the first value brought, once"
+
+
 def test_unchanged_inputs_come_back_as_the_targets_own_and_changed_ones_update_it_in_place():
     kernel = {"big": np.zeros(1000), "lst": [1], "arr": np.zeros(3)}
     alias, arr = kernel["lst"], kernel["arr"]

@@ -518,10 +518,11 @@ def encode_inputs(
         value = values[name]
         blocked = _reaching(name, refers)  # they refer to this one already: referring back would be a cycle
         refs: dict[int, Address] = {id(v): n for n, v in holdable.items() if n != name and n not in blocked}
+        array = views.ndarray()
         for holder, objects in inside.items():  # an array inside an earlier input is that input's on the machine
             if holder not in blocked:
                 for index, obj in objects.items():
-                    if views.plain_array(obj):
+                    if type(obj) is array and not obj.dtype.hasobject:
                         refs.setdefault(id(obj), (holder, index))
         out = io.BytesIO()
         buffers: list[pickle.PickleBuffer] = []
@@ -724,22 +725,21 @@ class Writer:
         self.names: list[str] = []
         self.spans: list[tuple[int, int]] = []  # (body bytes, buffer count) per value
         self.resets: list[bool] = []
-        self.markers: list = []
         self.reset = False
 
     @_uncollected
     def add(self, name: str, value: Any) -> str | None:
-        """Pickle ``value`` as ``name``; returns why it could not be, or None."""
+        """Pickle ``value`` as ``name``; returns why it could not be, or None. The value goes in a tuple of its
+        own, which the pickler memoizes after everything in it: the next value's objects begin one index past
+        it (:func:`load_values` finds that index only when a value fails, never copying the memo otherwise)."""
         start, nbuf = self.out.tell(), len(self.buffers)
-        marker: list = []  # memoized first: its memo index marks where this value's objects begin
         self.pickler.index = len(self.names)
         try:
-            self.pickler.dump((marker, value))
+            self.pickler.dump((value,))
         except Exception as exc:
             self.out.seek(start)
             self.out.truncate()
             del self.buffers[nbuf:]
-            self.markers = _memo_indices(self.pickler, self.markers)
             self.pickler.clear_memo()
             self.pickler.emitted = {k: i for k, i in self.pickler.emitted.items() if i != len(self.names)}
             self.reset = True
@@ -747,14 +747,12 @@ class Writer:
         self.names.append(name)
         self.spans.append((self.out.tell() - start, len(self.buffers) - nbuf))
         self.resets.append(self.reset)
-        self.markers.append(marker)
         self.reset = False
         return None
 
     def finish(self, meta: dict[str, Any]) -> payload.Encoded:
         """The blob: ``meta`` (any picklable dict), then the values."""
-        memo = _memo_indices(self.pickler, self.markers)
-        head = {**meta, "names": self.names, "memo": memo, "resets": self.resets}
+        head = {**meta, "names": self.names, "resets": self.resets}
         head_buffers: list[pickle.PickleBuffer] = []
         head_body = codepickle.dumps(head, buffer_callback=head_buffers.append)
         stream = self.out.getbuffer()
@@ -766,12 +764,13 @@ class Writer:
         return payload.assemble(bodies)
 
 
-def _memo_indices(pickler: _Pickler, markers: list) -> list:
-    """Replace each marker (a list) by its memo index; indices already found stay."""
-    if not any(isinstance(m, list) for m in markers):
-        return markers
-    memo = pickler.memo.copy()
-    return [memo[id(m)][0] if isinstance(m, list) else m for m in markers]
+def _before(memo: dict[int, Any], last: tuple | None) -> dict[int, Any]:
+    """The entries of an unpickler's ``memo`` up to ``last``, the tuple of the last value it loaded whole (memoized
+    after everything in it); none when it loaded none."""
+    if last is None:
+        return {}
+    end = next(index for index, obj in memo.items() if obj is last)
+    return {k: v for k, v in memo.items() if k <= end}
 
 
 @_uncollected
@@ -783,8 +782,8 @@ def load_values(
     :func:`encode_inputs` gave for the inputs these values may refer to."""
     blob = payload.Blob.parse(data)
     meta = pickle.loads(blob.bodies[0], buffers=blob.buffers[0])
-    loaded = Loaded({k: v for k, v in meta.items() if k not in ("names", "memo", "resets")})
-    names, starts, resets = meta["names"], meta["memo"], meta["resets"]
+    loaded = Loaded({k: v for k, v in meta.items() if k not in ("names", "resets")})
+    names, resets = meta["names"], meta["resets"]
     bodies, buffers = blob.bodies[1:], blob.buffers[1:]
     stream = io.BytesIO(b"".join(bodies))
     offsets, firsts = [0], [0]
@@ -805,17 +804,19 @@ def load_values(
         return unpickler
 
     unpickler = reader(0)
+    last: tuple | None = None  # the fast unpickler's last value as loaded: the tuple the Writer wrapped it in
     for i, name in enumerate(names):
         if resets[i]:
-            unpickler = reader(i)
+            unpickler, last = reader(i), None
         try:
-            _, value = _in_user_frames(unpickler.load, target, loaded.values)
+            last = _in_user_frames(unpickler.load, target, loaded.values)
+            (value,) = last
         except Exception as exc:
             if isinstance(unpickler, _Unpickler):  # again in pure Python, to learn what was half built
                 retry = _Retry(io.BytesIO(bodies[i]), iter(buffers[i]), target, adopted, inner)
-                retry.memo = {k: v for k, v in unpickler.memo.copy().items() if k < starts[i]}
+                retry.memo = _before(unpickler.memo.copy(), last)
                 try:
-                    _, value = _in_user_frames(retry.load, target, loaded.values)
+                    (value,) = _in_user_frames(retry.load, target, loaded.values)
                 except Exception:
                     unpickler = reader(i + 1, retry.safe_memo())
                 else:  # it worked the second time

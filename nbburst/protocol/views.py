@@ -22,11 +22,19 @@ cell that never used numpy never pays its import.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import Any
 
 #: A view's place in its region: ("index", start, steps) or ("bytes", offset, strides, region's strides, copy).
 Place = tuple
+
+
+def ndarray() -> type | None:
+    """numpy's own ndarray; None while numpy was never imported (then nothing is an array). An object whose
+    type is not it is no plain array: one comparison, where a graph such as a Figure's holds thousands."""
+    numpy = sys.modules.get("numpy")
+    return None if numpy is None else numpy.ndarray
 
 
 def plain_array(obj: Any) -> bool:
@@ -69,9 +77,12 @@ class Regions:
     def __init__(self, held: Iterable[Any], sent: Iterable[Any] = ()):
         self._by_root: dict[int, list[tuple[int, bool, Any]]] = {}  # root -> (position, held, array)
         seen: set[int] = set()
+        kind = ndarray()
         arrays = [(True, a) for a in held] + [(False, a) for a in sent]
         for position, (kept, array) in enumerate(arrays):
-            if not plain_array(array) or array.size == 0 or id(array) in seen or 0 in array.strides:
+            if type(array) is not kind:
+                continue
+            if array.dtype.hasobject or array.size == 0 or id(array) in seen or 0 in array.strides:
                 continue
             seen.add(id(array))
             self._by_root.setdefault(_root(array), []).append((position, kept, array))
