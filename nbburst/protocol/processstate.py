@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import envvars, figureformats, loggingstate, shellstate, syspath
+from . import envvars, figureformats, loggingstate, shellstate, syspath, workingdir
 from .imports import when_imported
 
 
@@ -328,6 +328,8 @@ register("numpy.errstate", _numpy_err_get, _numpy_err_set, module="numpy")
 register("xarray.options", _xarray_get, _xarray_set, module="xarray")
 register("decimal.context", _decimal_get, _decimal_set, module="decimal")
 register("sys.recursionlimit", sys.getrecursionlimit, sys.setrecursionlimit, module="sys")  # deep recursion allowed
+# The working directory (os.chdir, %cd), before sys.path: an entry inside it is said as a place in it.
+register("os.getcwd", workingdir.current, workingdir.apply, module="os")
 # The entries the notebook added to sys.path (sys.path.insert(0, "src")), not the path.
 register("sys.path", syspath.current, syspath.apply, module="sys")
 # The environment variables the notebook set or removed (%env, os.environ[...] = ...), not the environment.

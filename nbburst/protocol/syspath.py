@@ -2,8 +2,8 @@
 
 ``sys.path.insert(0, "../src")`` or ``sys.path.append(os.path.abspath("lib"))`` in one cell, ``import mymodule``
 in the next: in the kernel the path stays. What travels is not the path (each side has its own
-``site-packages``) but the entries the notebook put before and after it, an entry inside the working folder as
-a place in that folder, since the machine's working folder stands for the kernel's.
+``site-packages``) but the entries the notebook put before and after it, each named as the kernel names it
+(:mod:`.workingdir`: the machine's working folder stands for the kernel's).
 """
 
 from __future__ import annotations
@@ -12,23 +12,11 @@ import os
 import sys
 from typing import Any
 
+from . import workingdir
+
 #: The path the notebook's entries are added to: in the kernel, as the first cell that runs elsewhere finds it;
 #: on a machine, as it is when the kernel's entries arrive (the machine's own, the notebook's modules' folder).
 _base: list[str] | None = None
-
-
-def _portable(entry: str) -> str | tuple[str]:
-    """An entry inside the working folder as ``(relative,)``; any other as it is."""
-    cwd = os.getcwd()
-    if os.path.isabs(entry) and (entry == cwd or entry.startswith(cwd + os.sep)):
-        return (os.path.relpath(entry, cwd),)
-    return entry
-
-
-def _local(entry: str | tuple[str] | list[str]) -> str:
-    if isinstance(entry, str):
-        return entry
-    return os.path.normpath(os.path.join(os.getcwd(), entry[0]))
 
 
 def _path(entry: Any) -> str | None:
@@ -45,8 +33,8 @@ def current() -> dict[str, list[Any]]:
     first = next((i for i, entry in enumerate(sys.path) if entry in kept), len(sys.path))
     added = [(i, path) for i, entry in enumerate(sys.path) if entry not in kept and (path := _path(entry)) is not None]
     return {
-        "front": [_portable(path) for i, path in added if i < first],
-        "back": [_portable(path) for i, path in added if i > first],
+        "front": [workingdir.as_kernel(path) for i, path in added if i < first],
+        "back": [workingdir.as_kernel(path) for i, path in added if i > first],
     }
 
 
@@ -56,7 +44,7 @@ def apply(value: dict[str, list[Any]]) -> None:
     global _base
     if _base is None:
         _base = list(sys.path)
-    front, back = [_local(e) for e in value["front"]], [_local(e) for e in value["back"]]
+    front, back = [workingdir.as_here(e) for e in value["front"]], [workingdir.as_here(e) for e in value["back"]]
     kept, wanted = set(_base), {*front, *back}
     sys.path[:] = [e for e in sys.path if e in kept or (path := _path(e)) is None or path in wanted]
     present = {_path(e) for e in sys.path}
