@@ -99,7 +99,7 @@ def test_a_relative_path_lands_where_the_cell_finds_it_and_names_the_folders_it_
     assert file_destination("../" * (UP_LIMIT + 1) + "x.csv") == "x.csv"  # too far up: by its name, as before
     assert file_destination(str(tmp_path / "y.csv")) == "y.csv"
     cwd = tmp_path / "a" / "b" / "c"
-    assert workdir_tail(cwd, ["x.csv", "data/y.csv"]) == []
+    assert workdir_tail(cwd, ["x.csv", "data/y.csv"]) == ["c"], "its own name: a cell may read it"
     assert workdir_tail(cwd, ["../x.csv", "../../d/y.csv"]) == ["b", "c"]
     assert workdir_tail(type(cwd)("/top"), ["../../x.csv"]) == ["up1", "top"]
 

@@ -30,7 +30,8 @@ def test_the_folder_a_cell_moves_to_is_the_next_cells_on_either_side(burst_env, 
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "helper_c.py").write_text("Z = 'c'\n")
     cells = [
-        "import os, sys",
+        "import os, sys\nwith open('name.txt', 'w') as f:\n    f.write(os.path.basename(os.getcwd()))\ndel f",
+        "print(open('name.txt').read() == os.path.basename(os.getcwd()))",  # a machine's folder has the same name
         "os.chdir('data')\nprint(os.path.isdir('deeper'))",  # on a machine
         HERE,  # in the kernel
         "print(os.path.isdir('deeper'), open('x.csv').read())",  # the next machine starts where the kernel is
@@ -41,9 +42,10 @@ def test_the_folder_a_cell_moves_to_is_the_next_cells_on_either_side(burst_env, 
         "sys.path.insert(0, os.path.abspath('lib'))\nos.chdir('data')",  # an entry outside the folder it leaves
         "import helper_c\nprint(helper_c.Z, os.path.relpath(sys.path[0]))\n" + HERE,
     ]
-    plain = assert_identical(cells, {1, 3, 4, 6, 8}, tmp_path)
-    assert [plain[i]["stdout"] for i in (2, 5, 7)] == ["['x.csv']\n", "['deep.txt']\n", "['root.txt']\n"], plain
-    assert plain[9]["stdout"] == "c ../lib\n['x.csv']\n", plain[9]
+    plain = assert_identical(cells, {1, 2, 4, 5, 7, 9}, tmp_path)
+    assert plain[1]["stdout"] == "True\n", plain[1]
+    assert [plain[i]["stdout"] for i in (3, 6, 8)] == ["['x.csv']\n", "['deep.txt']\n", "['root.txt']\n"], plain
+    assert plain[10]["stdout"] == "c ../lib\n['x.csv']\n", plain[10]
 
 
 def test_a_machine_says_its_folders_as_the_kernel_names_them(monkeypatch, tmp_path):

@@ -366,7 +366,9 @@ def test_a_pushed_cell_waits_on_no_store_operation_and_its_record_is_written_beh
         assert ns["x"] == n + 1
         assert operations == [], "from the submission to the cell's values, the notebook waited on no Store operation"
         if took < QUICK_STALE_SECONDS:
-            assert requests == [], "nor on Compute Engine: the session's VM that ran the cell runs on, the session's own"
+            assert requests == [], (
+                "nor on Compute Engine: the session's VM that ran the cell runs on, the session's own"
+            )
         else:  # a machine so busy that the VM wrote no status for that long: whether it is gone is asked, only that
             assert set(requests) <= {"describing the VM"}, requests
         assert isinstance(job.wake, PushedNews)

@@ -15,7 +15,7 @@ folder it is fetched into is refused on both sides.
 The files a cell reads go the other way (``--files``, and the paths the cell names): each lands on
 the machine where the cell looks for it, relative to its working folder, ``../data/x.csv`` too, as
 teaching material lays out notebooks/ beside data/. For those the cell's working folder sits as
-many folders deep in the job's folder as the highest such path climbs, under the names the
+many folders deep in the job's folder as the highest such path climbs (one at least), under the names the
 notebook's own folders have (:func:`workdir_tail`), so ``..`` stays inside the job's folder.
 The working folder's subfolders are made there too, empty (:func:`subfolders`): ``to_csv("out/a.csv")``
 needs ``out/`` as much as ``read_csv("data/a.csv")`` needs the file.
@@ -69,8 +69,9 @@ def levels_up(rel: str) -> int:
 
 def workdir_tail(cwd: Path, files: Iterable[str]) -> list[str]:
     """The last folders of the notebook's working folder ``cwd`` that the files' ``..`` climb through: the
-    names the cell's working folder and its parents get on the machine (none when no file climbs)."""
-    depth = max((levels_up(rel) for rel in files), default=0)
+    names the cell's working folder and its parents get on the machine; its own name at least, which a cell
+    may read (``Path.cwd().name == "notebooks"``, before a ``%cd ..``)."""
+    depth = max((levels_up(rel) for rel in files), default=0) or 1
     names = list(cwd.parts[1:])[-depth:] if depth else []
     return [f"up{i}" for i in range(depth - len(names), 0, -1)] + names  # above the root: any names
 
