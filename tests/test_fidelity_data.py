@@ -281,18 +281,23 @@ class Fragile:
         self.__dict__.update(state)
 
 
-def test_a_value_that_cannot_come_back_costs_only_itself_and_what_holds_it():
-    fragile = Fragile()
-    fragile.data = np.arange(3)  # the array after it shares numpy's pickled globals with it
+def load_with_fragile_broken(values: dict) -> transfer.Loaded:
+    """``values`` written into one blob, then loaded where a :class:`Fragile` cannot be rebuilt."""
     writer = transfer.Writer()
-    for name, value in {"fragile": fragile, "arr": np.arange(5), "holder": [fragile], "n": 1}.items():
+    for name, value in values.items():
         assert writer.add(name, value) is None
     blob = writer.finish({}).tobytes()
     Fragile.broken = True
     try:
-        loaded = transfer.load_values(blob, {})
+        return transfer.load_values(blob, {})
     finally:
         Fragile.broken = False
+
+
+def test_a_value_that_cannot_come_back_costs_only_itself_and_what_holds_it():
+    fragile = Fragile()
+    fragile.data = np.arange(3)  # the array after it shares numpy's pickled globals with it
+    loaded = load_with_fragile_broken({"fragile": fragile, "arr": np.arange(5), "holder": [fragile], "n": 1})
     assert loaded.failed["fragile"] == "RuntimeError: cannot be rebuilt here"
     assert "holder" in loaded.failed  # it would hold a half-built object
     assert np.array_equal(loaded.values["arr"], np.arange(5)) and loaded.values["n"] == 1
@@ -302,15 +307,7 @@ def test_a_value_that_cannot_come_back_after_others_keeps_what_it_shares_with_th
     shared = np.arange(4)
     fragile = Fragile()
     fragile.data = shared
-    writer = transfer.Writer()
-    for name, value in {"first": [shared], "fragile": fragile, "after": {"s": shared}, "n": 1}.items():
-        assert writer.add(name, value) is None
-    blob = writer.finish({}).tobytes()
-    Fragile.broken = True
-    try:
-        loaded = transfer.load_values(blob, {})
-    finally:
-        Fragile.broken = False
+    loaded = load_with_fragile_broken({"first": [shared], "fragile": fragile, "after": {"s": shared}, "n": 1})
     assert set(loaded.failed) == {"fragile"}
     first, after = loaded.values["first"], loaded.values["after"]
     assert after["s"] is first[0] and np.array_equal(first[0], shared), "the array the first value brought, once"
