@@ -228,7 +228,7 @@ def test_timeout_kills_the_cell_and_its_children(burst_env):
     assert "started" in stream(outs[1])
     job = Burst().jobs()[0]
     assert job.state == State.FAILED
-    pid = int(next(burst_env["state"].glob("machines/work/*/child.pid")).read_text())
+    pid = int(next(burst_env["state"].glob("machines/work/*/*/child.pid")).read_text())  # work/<job>/<folder>
     import psutil
 
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
