@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from support.apart import same_apart
 from support.pairs import assert_same, run_pairs
+from support.threeways import assert_identical
 
 from nbburst.client.burst import Burst
 
@@ -160,6 +161,26 @@ def test_a_figure_format_configured_before_matplotlib_holds_on_either_side(burst
     pairs = same_apart(CONFIG_FIRST, tmp_path / "apart", then=("plt.plot([2, 1]);",), session=session)
     assert [o[:2] for o in pairs[1][1]["outputs"]] == [svg], "a %%burst cell's %config, on the next machine"
     assert [o[:2] for o in pairs[2][1]["outputs"]] == [svg], "and in the kernel"
+
+
+# The one-format alias set again after the sides exchanged their settings, on either side, before matplotlib is
+# imported: the backend takes the alias over `figure_formats` when its configuration has both.
+FORMAT_AGAIN = [
+    "%config InlineBackend.figure_format = 'retina'",
+    "%config InlineBackend.figure_format = 'svg'",  # on a machine: the kernel's next figures are SVG
+    "print(get_ipython().config.InlineBackend.figure_format)",
+    "%config InlineBackend.figure_format = 'retina'",  # on a machine
+    "%config InlineBackend.figure_format = 'svg'",  # in the kernel: the next machine's figures are SVG
+    "import matplotlib.pyplot as plt\nplt.plot([1, 2]);",
+    "plt.plot([2, 1]);",
+]
+
+
+@pytest.mark.timeout(900)
+def test_a_figure_format_set_again_on_either_side_holds_on_the_other(burst_env, tmp_path):
+    plain = assert_identical(FORMAT_AGAIN, {1, 3, 5}, tmp_path)
+    assert plain[2]["stdout"] == "svg\n"
+    assert [cell["mimes"] for cell in plain[5:]] == [["image/svg+xml+text/plain"]] * 2, plain[5:]
 
 
 # A shell line (`!cmd`, `x = !cmd`, %sx, %%bash, an alias such as %cat) names files of the kernel's folder, one a

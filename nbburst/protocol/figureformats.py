@@ -30,6 +30,9 @@ from .imports import when_imported
 
 #: The inline backend's settings that travel (its configurable traits of the same names).
 SETTINGS = ("figure_formats", "print_figure_kwargs", "close_figures")
+#: The one-format alias of ``figure_formats`` (``%config InlineBackend.figure_format = 'svg'``), which the backend
+#: takes over ``figure_formats`` when its configuration has both.
+ALIAS = "figure_format"
 
 
 def _shell() -> Any:
@@ -55,11 +58,11 @@ def current() -> dict[str, Any] | None:
     made = _backend_settings()
     if made is not None:
         settings = {name: getattr(made, name) for name in SETTINGS}
-    else:
+    else:  # as configured, the one-format alias too: the backend will take it over figure_formats
         configured = shell.config.get("InlineBackend", {})
-        settings = {name: configured[name] for name in SETTINGS if name in configured}
-        if "figure_format" in configured and "figure_formats" not in settings:  # the one-format alias
-            settings["figure_formats"] = {configured["figure_format"]}
+        settings = {name: configured[name] for name in (*SETTINGS, ALIAS) if name in configured}
+        if not _alias(settings):
+            settings.pop(ALIAS, None)
     settings = {
         k: sorted(v) if isinstance(v, set) else dict(v) if isinstance(v, dict) else v for k, v in settings.items()
     }
@@ -77,14 +80,27 @@ def apply(value: dict[str, Any] | None) -> None:
         return
     settings = {k: set(v) if k == "figure_formats" else v for k, v in value["settings"].items()}
     made = _backend_settings()
-    if made is None:
-        for name, setting in settings.items():  # what the backend starts from when it is imported
-            shell.config.InlineBackend[name] = setting
+    if made is None:  # what the backend starts from when it is imported: the other side's, no more
+        configured = shell.config.InlineBackend
+        for name in (*SETTINGS, ALIAS):
+            if name in settings:
+                configured[name] = settings[name]
+            elif name in configured:
+                del configured[name]
     else:
         for name, setting in settings.items():
-            setattr(made, name, setting)
+            if name != ALIAS:
+                setattr(made, name, setting)
+        if _alias(settings):  # as `%config` sets it on a backend already made
+            made.figure_formats = {settings[ALIAS]}
     if value["shown"]:
         when_imported("matplotlib.figure", lambda _module: _show_figures(shell, settings))
+
+
+def _alias(settings: Any) -> str:
+    """The one-format alias among ``settings`` (a configuration, or settings as they travel); empty if unset."""
+    alias = settings.get(ALIAS, "")
+    return alias if isinstance(alias, str) else ""
 
 
 def _show_figures(shell: Any, settings: dict[str, Any]) -> None:
@@ -92,6 +108,10 @@ def _show_figures(shell: Any, settings: dict[str, Any]) -> None:
     from IPython.core.pylabtools import select_figure_formats
 
     made = _backend_settings()
-    formats = settings.get("figure_formats", {"png"}) if made is None else made.figure_formats
-    kwargs = settings.get("print_figure_kwargs", {}) if made is None else made.print_figure_kwargs
+    if made is not None:
+        formats, kwargs = made.figure_formats, made.print_figure_kwargs
+    else:
+        alias = _alias(settings)
+        formats = {alias} if alias else settings.get("figure_formats", {"png"})
+        kwargs = settings.get("print_figure_kwargs", {})
     select_figure_formats(shell, formats, **kwargs)
