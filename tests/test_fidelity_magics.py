@@ -103,3 +103,15 @@ def test_how_the_shell_shows_a_value_is_the_kernels_wherever_a_cell_ran(burst_en
     assert pairs[7][0]["outputs"] == [("execute_result", ("text/plain",), "(3.1e+00, 3.3e-01)")]
     assert pairs[9][0]["outputs"] == [("execute_result", ("text/plain",), "3.141592653589793")]  # the default again
     assert pairs[11][1]["outputs"][0][2].startswith("{'b': [0,\n"), "pretty printing on again, in the kernel"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("session", [False, True], ids=["own-machine", "session"])
+def test_a_usage_error_a_cell_raises_is_shown_once(burst_env, tmp_path, session):
+    """``%config Foo``: IPython writes a ``UsageError`` to stderr where it shows other exceptions' tracebacks; the
+    machine keeps it, as it keeps the cell's traceback, and the kernel shows it, once, as it would its own."""
+    cells = ["%config Foo\nprint('never')"]
+    pairs, _ = run_pairs(cells, tmp_path, session=session)
+    assert_same(pairs, cells)
+    plain = pairs[0][0]["outputs"]
+    assert len(plain) == 1 and plain[0][:2] == ("stream", "stderr") and plain[0][2].count("UsageError") == 1, plain

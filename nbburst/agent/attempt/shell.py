@@ -177,11 +177,21 @@ class ZMQInteractiveShell(InteractiveShell):
     def _showtraceback(self, etype, evalue, stb) -> None:  # type: ignore[override]
         """The cell's own exception goes back as itself (the runner commits it); any other traceback
         IPython shows (a failing post_execute hook, an Output widget's error) is written to stderr."""
-        running = self.displayhook.exec_result
-        if running is not None and evalue is running.error_in_exec:
+        if self._cells_own(evalue):
             return
         sys.stdout.flush()
         print(self.InteractiveTB.stb2text(stb), file=sys.stderr, flush=True)
+
+    def show_usage_error(self, exc: BaseException) -> None:
+        """A ``UsageError`` the cell raised (``%config Foo``) goes back as itself too, and the kernel shows it once,
+        as it shows its own; IPython writes one to stderr instead of showing a traceback."""
+        if not self._cells_own(exc):
+            super().show_usage_error(exc)
+
+    def _cells_own(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is what the running cell raised."""
+        running = self.displayhook.exec_result
+        return running is not None and exc is running.error_in_exec
 
     def take_input_history(self, count: int | None) -> None:
         """The kernel's ``_i``, ``_ii``, ``_iii``, which came among the inputs of a cell that reads them, stay the
