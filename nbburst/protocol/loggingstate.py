@@ -6,7 +6,7 @@ of it (and a ``basicConfig`` there did nothing for the kernel's next cells). So 
 handlers that write to the cell's output, and the levels set on named loggers, travel as any process state does
 (:mod:`.processstate`). A handler is described, not pickled: a stream handler writes to *this* process's
 ``sys.stdout`` or ``sys.stderr`` (the kernel's or the machine's), made again on the other side with its level
-and its formatter's format. Handlers to anything else (a file, a socket) stay where they are.
+and its formatter. Handlers to anything else (a file, a socket) stay where they are.
 """
 
 from __future__ import annotations
@@ -14,9 +14,6 @@ from __future__ import annotations
 import logging
 import sys
 from typing import Any
-
-#: A formatter's style by its class (logging.Formatter's ``style`` argument).
-_STYLES = {logging.PercentStyle: "%", logging.StrFormatStyle: "{", logging.StringTemplateStyle: "$"}
 
 
 def _stream_name(handler: logging.Handler) -> str:
@@ -28,11 +25,10 @@ def _stream_name(handler: logging.Handler) -> str:
 
 
 def _describe(handler: logging.Handler, stream: str) -> dict[str, Any]:
-    formatter = handler.formatter
-    shown = None
-    if formatter is not None and type(formatter) is logging.Formatter:
-        shown = {"fmt": formatter._fmt, "datefmt": formatter.datefmt, "style": _STYLES.get(type(formatter._style), "%")}
-    return {"stream": stream, "level": handler.level, "formatter": shown}
+    """A handler as it travels: its stream's name, its level, and its formatter when it is logging's own (which
+    pickles as its format, date format and style)."""
+    formatter = handler.formatter if type(handler.formatter) is logging.Formatter else None
+    return {"stream": stream, "level": handler.level, "formatter": formatter}
 
 
 def current() -> dict[str, Any]:
@@ -57,8 +53,7 @@ def apply(state: dict[str, Any]) -> None:
     for shown in state["handlers"]:
         handler = logging.StreamHandler(sys.stdout if shown["stream"] == "stdout" else sys.stderr)
         handler.setLevel(shown["level"])
-        if shown["formatter"] is not None:
-            handler.setFormatter(logging.Formatter(**shown["formatter"]))
+        handler.setFormatter(shown["formatter"])
         root.addHandler(handler)
     for name, level in state["levels"].items():
         logging.getLogger(name).setLevel(level)
