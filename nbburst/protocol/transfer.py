@@ -518,12 +518,10 @@ def encode_inputs(
         value = values[name]
         blocked = _reaching(name, refers)  # they refer to this one already: referring back would be a cycle
         refs: dict[int, Address] = {id(v): n for n, v in holdable.items() if n != name and n not in blocked}
-        array = views.ndarray()
         for holder, objects in inside.items():  # an array inside an earlier input is that input's on the machine
             if holder not in blocked:
-                for index, obj in objects.items():
-                    if type(obj) is array and not obj.dtype.hasobject:
-                        refs.setdefault(id(obj), (holder, index))
+                for index, obj in views.plain_arrays(objects.items()):
+                    refs.setdefault(id(obj), (holder, index))
         out = io.BytesIO()
         buffers: list[pickle.PickleBuffer] = []
         # a view of another input, or of an array inside one, travels as a view of it (regions in the same

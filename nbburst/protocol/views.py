@@ -24,17 +24,21 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 #: A view's place in its region: ("index", start, steps) or ("bytes", offset, strides, region's strides, copy).
 Place = tuple
+K = TypeVar("K")
 
 
-def ndarray() -> type | None:
-    """numpy's own ndarray; None while numpy was never imported (then nothing is an array). An object whose
-    type is not it is no plain array: one comparison, where a graph such as a Figure's holds thousands."""
+def plain_arrays(pairs: Iterable[tuple[K, Any]]) -> list[tuple[K, Any]]:
+    """The (key, object) pairs whose object is a :func:`plain_array`: one type comparison for any other object,
+    where a graph such as a Figure's holds thousands (none at all while numpy was never imported)."""
     numpy = sys.modules.get("numpy")
-    return None if numpy is None else numpy.ndarray
+    if numpy is None:
+        return []
+    kind = numpy.ndarray
+    return [(key, obj) for key, obj in pairs if type(obj) is kind and not obj.dtype.hasobject]
 
 
 def plain_array(obj: Any) -> bool:
@@ -77,15 +81,12 @@ class Regions:
     def __init__(self, held: Iterable[Any], sent: Iterable[Any] = ()):
         self._by_root: dict[int, list[tuple[int, bool, Any]]] = {}  # root -> (position, held, array)
         seen: set[int] = set()
-        kind = ndarray()
-        arrays = [(True, a) for a in held] + [(False, a) for a in sent]
-        for position, (kept, array) in enumerate(arrays):
-            if type(array) is not kind:
-                continue
-            if array.dtype.hasobject or array.size == 0 or id(array) in seen or 0 in array.strides:
+        held = list(held)
+        for position, array in plain_arrays(enumerate([*held, *sent])):
+            if array.size == 0 or id(array) in seen or 0 in array.strides:
                 continue
             seen.add(id(array))
-            self._by_root.setdefault(_root(array), []).append((position, kept, array))
+            self._by_root.setdefault(_root(array), []).append((position, position < len(held), array))
         self._ranked: dict[int, list[tuple[tuple, int, int, Any]]] = {}
         self._ranks: dict[int, tuple] = {}
 
