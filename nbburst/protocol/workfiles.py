@@ -72,7 +72,7 @@ def workdir_tail(cwd: Path, files: Iterable[str]) -> list[str]:
     names the cell's working folder and its parents get on the machine; its own name at least, which a cell
     may read (``Path.cwd().name == "notebooks"``, before a ``%cd ..``)."""
     depth = max((levels_up(rel) for rel in files), default=0) or 1
-    names = list(cwd.parts[1:])[-depth:] if depth else []
+    names = list(cwd.parts[1:])[-depth:]
     return [f"up{i}" for i in range(depth - len(names), 0, -1)] + names  # above the root: any names
 
 
