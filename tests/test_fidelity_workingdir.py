@@ -18,6 +18,7 @@ from nbburst.protocol import job, syspath, workingdir
 
 #: Which folder the kernel is in: each has a file of its own (printed in the kernel only: a machine has the files
 #: a cell names, and the folders below the kernel's).
+STACK = "print(len(get_ipython().dir_stack))"
 HERE = "print([name for name in ('root.txt', 'x.csv', 'deep.txt') if os.path.isfile(name)])"
 
 
@@ -41,11 +42,16 @@ def test_the_folder_a_cell_moves_to_is_the_next_cells_on_either_side(burst_env, 
         HERE,
         "sys.path.insert(0, os.path.abspath('lib'))\nos.chdir('data')",  # an entry outside the folder it leaves
         "import helper_c\nprint(helper_c.Z, os.path.relpath(sys.path[0]))\n" + HERE,
+        "%pushd -q deeper\n" + STACK,  # the shell's directory stack comes back with the folder
+        HERE + "\n" + STACK,
+        "import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()):\n    %popd\n" + STACK,  # one up
+        HERE,
     ]
-    plain = assert_identical(cells, {1, 2, 4, 5, 7, 9}, tmp_path)
+    plain = assert_identical(cells, {1, 2, 4, 5, 7, 9, 11, 13}, tmp_path)
     assert plain[1]["stdout"] == "True\n", plain[1]
     assert [plain[i]["stdout"] for i in (3, 6, 8)] == ["['x.csv']\n", "['deep.txt']\n", "['root.txt']\n"], plain
     assert plain[10]["stdout"] == "c ../lib\n['x.csv']\n", plain[10]
+    assert [plain[i]["stdout"] for i in (12, 13, 14)] == ["['deep.txt']\n1\n", "0\n", "['x.csv']\n"], plain
 
 
 def test_a_machine_says_its_folders_as_the_kernel_names_them(monkeypatch, tmp_path):
@@ -55,8 +61,8 @@ def test_a_machine_says_its_folders_as_the_kernel_names_them(monkeypatch, tmp_pa
     monkeypatch.chdir(work)
     monkeypatch.setenv(job.ENV_ATTEMPT, "job:1")
     monkeypatch.setattr(workingdir, "_standing", None)
-    workingdir.apply("/home/u/proj/nb")
-    assert workingdir.current() == "/home/u/proj/nb"
+    workingdir.apply({"cwd": "/home/u/proj/nb", "stack": []})
+    assert workingdir.current() == {"cwd": "/home/u/proj/nb", "stack": []}
     assert workingdir.as_kernel(str(work / "src")) == "/home/u/proj/nb/src"
     assert workingdir.as_kernel(str(work.parent / "data")) == "/home/u/proj/data"
     assert workingdir.as_kernel("/usr/lib/python3") == "/usr/lib/python3"
@@ -64,7 +70,7 @@ def test_a_machine_says_its_folders_as_the_kernel_names_them(monkeypatch, tmp_pa
     assert workingdir.as_here("/home/u/proj/data") == "/home/u/proj/data", "not the machine's: not staged there"
     assert workingdir.as_here("/opt/tools") == "/opt/tools" and workingdir.as_here("lib") == "lib"
     os.chdir(work / "..")
-    assert workingdir.current() == "/home/u/proj"
+    assert workingdir.current()["cwd"] == "/home/u/proj"
 
 
 def test_a_path_entry_inside_the_kernels_folder_lands_inside_the_machines(monkeypatch, tmp_path):
@@ -73,7 +79,7 @@ def test_a_path_entry_inside_the_kernels_folder_lands_inside_the_machines(monkey
     monkeypatch.setattr(workingdir, "_standing", None)
     monkeypatch.setattr("sys.path", ["/base"])
     monkeypatch.setattr(syspath, "_base", None)
-    workingdir.apply("/home/u/nb")
+    workingdir.apply({"cwd": "/home/u/nb", "stack": []})
     syspath.apply({"front": ["/home/u/nb/src"], "back": ["/opt/x"]})
     import sys
 

@@ -6,12 +6,15 @@ kernel's (:mod:`.workfiles`: the files the cell names are staged there, and the 
 cell's paths climb). What travels is the kernel's working directory; what comes back is where the cell left the
 machine's, said as the kernel's: a folder in or above the machine's working folder as the same place in or
 above the kernel's. A folder further away (``os.chdir("/tmp")``) is the machine's own and comes back as it is.
-Other state that names folders (:mod:`.syspath`) travels in the kernel's terms too.
+The shell's directory stack (``%pushd``, ``%popd``) travels with it, and other state that names folders
+(:mod:`.syspath`) in the kernel's terms too.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from typing import Any
 
 from .job import ENV_ATTEMPT
 from .workfiles import UP_LIMIT, levels_up
@@ -46,16 +49,30 @@ def as_here(path: str) -> str:
     return path if _standing is None else _moved(path, _standing[0], _standing[1], 0)
 
 
-def current() -> str:
-    """The working directory, as the kernel names it."""
-    return as_kernel(os.getcwd())
+def _stack() -> list[str] | None:
+    """The shell's directory stack (``%pushd`` pushes the folder it leaves, ``%popd`` goes back to it); None where
+    no shell runs."""
+    ipython = sys.modules.get("IPython")
+    shell = None if ipython is None else ipython.get_ipython()
+    return None if shell is None else shell.dir_stack
 
 
-def apply(value: str) -> None:
+def current() -> dict[str, Any]:
+    """The working directory and the shell's directory stack, as the kernel names them."""
+    stack = _stack()
+    return {"cwd": as_kernel(os.getcwd()), "stack": [as_kernel(path) for path in stack or ()]}
+
+
+def apply(value: dict[str, Any]) -> None:
     """In an attempt's process (a machine), the kernel's directory arrives: the working folder the cell starts in
-    stands for it. In the kernel, the directory a cell left comes back: the kernel moves there, as the cell did."""
+    stands for it. In the kernel, the directory a cell left comes back: the kernel moves there, as the cell did.
+    The directory stack is the other side's, in this side's terms."""
     global _standing
     if ENV_ATTEMPT in os.environ:
-        _standing = (value, os.getcwd())
-    elif os.path.normpath(value) != os.getcwd():
-        os.chdir(value)
+        _standing = (value["cwd"], os.getcwd())
+    elif os.path.normpath(value["cwd"]) != os.getcwd():
+        os.chdir(value["cwd"])
+    stack = _stack()
+    if stack is not None:
+        # a folder the kernel left may lie above its working directory, as the cell's may above the machine's
+        stack[:] = [path if _standing is None else _moved(path, *_standing, UP_LIMIT) for path in value["stack"]]
