@@ -25,12 +25,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import platform
 import re
 import sys
 from dataclasses import dataclass
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 
@@ -149,15 +149,41 @@ def _on_linux(requirement: str) -> bool:
         return True
 
 
+#: The names importlib.metadata finds a distribution's metadata under, in a folder on ``sys.path``.
+_METADATA = (".dist-info", ".egg-info")
+#: Folder -> (its modification time, its metadata entries then): listed again only when the time moves.
+_listed: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {}
+
+
 def _paths_fingerprint() -> tuple:
-    """Changes when a distribution is installed or removed (its folder's modification time)."""
+    """Changes when a distribution is installed or removed: the metadata entries of each folder on ``sys.path``
+    and their modification times. A kernel's ``sys.path`` holds the notebook's own folder, whose time moves
+    with every file a cell writes there; such a file changes no distribution, and reading them all again
+    would cost the next cell's submission a scan of every installed package."""
     out = []
     for path in sys.path:
+        folder = os.path.abspath(path)  # "" is the working folder, wherever it is now
         try:
-            out.append((path, Path(path).stat().st_mtime_ns))
+            moved = os.stat(folder).st_mtime_ns
         except OSError:
             continue
+        listed = _listed.get(folder)
+        if listed is None or listed[0] != moved:
+            listed = _listed[folder] = (moved, _metadata_entries(folder))
+        out.append((path, listed[1]))
     return tuple(out)
+
+
+def _metadata_entries(folder: str) -> tuple[tuple[str, int], ...]:
+    """The distributions' metadata in ``folder`` (an egg or zip on ``sys.path``: the file itself), with times."""
+    try:
+        with os.scandir(folder) as entries:
+            found = [(e.name, e.stat().st_mtime_ns) for e in entries if e.name.lower().endswith(_METADATA)]
+    except NotADirectoryError:
+        return ((folder, os.stat(folder).st_mtime_ns),)
+    except OSError:
+        return ()
+    return tuple(sorted(found))
 
 
 @functools.lru_cache(maxsize=2)

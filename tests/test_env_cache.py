@@ -1,0 +1,114 @@
+"""The kernel's installed distributions are read once, and again only when one is installed or removed.
+
+A kernel has the notebook's folder on ``sys.path``: every file a cell writes there (a figure saved, a CSV)
+moves that folder's modification time. Reading every distribution's metadata again then cost the next
+``%%burst`` cell's submission a scan of all installed packages (a third of a second and more).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nbburst.protocol import env
+
+
+def _install(folder: Path, name: str, version: str) -> Path:
+    """A distribution as an installer leaves it: its metadata folder beside its package."""
+    meta = folder / f"{name}-{version}.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (meta / "RECORD").write_text(f"{name}/__init__.py,,\n{meta.name}/METADATA,,\n")
+    (folder / name).mkdir(exist_ok=True)
+    (folder / name / "__init__.py").write_text("")
+    return meta
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder on ``sys.path`` that is also the working folder, as a kernel's notebook folder is."""
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    monkeypatch.syspath_prepend(str(folder))
+    importlib.invalidate_caches()
+    return folder
+
+
+def _moved(folder: Path) -> None:
+    """The folder's time moved, as it does between two installs: a test is faster than the clock's grain."""
+    later = os.stat(folder).st_mtime_ns + 10**9
+    os.utime(folder, ns=(later, later))
+
+
+def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    reads = [0]
+    real = env.metadata.packages_distributions
+
+    def counted() -> dict[str, list[str]]:
+        reads[0] += 1
+        return real()
+
+    monkeypatch.setattr(env.metadata, "packages_distributions", counted)
+    return reads
+
+
+def test_files_written_in_a_folder_on_sys_path_do_not_read_the_distributions_again(
+    site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend("")  # the working folder, as a kernel started by `python -m` has it too
+    reads = _count_reads(monkeypatch)
+    env.module_owners()
+    first = reads[0]
+    for i in range(3):
+        (site / f"plot{i}.png").write_bytes(b"\x89PNG")
+        _moved(site)
+        (site / "data").mkdir(exist_ok=True)
+        assert "numpy" in env.module_owners()
+    assert reads[0] == first
+
+
+def test_a_distribution_installed_upgraded_or_removed_is_seen_at_once(site: Path) -> None:
+    assert "nbburst_probe" not in env.module_owners()
+    meta = _install(site, "nbburst_probe", "1.0")
+    _moved(site)
+    importlib.invalidate_caches()
+    assert env.module_owners()["nbburst_probe"] == ["nbburst-probe"]
+    assert env.distributions()["nbburst-probe"].version == "1.0"
+
+    meta.rename(site / "nbburst_probe-2.0.dist-info")
+    (site / "nbburst_probe-2.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: nbburst_probe\nVersion: 2.0\n"
+    )
+    _moved(site)
+    importlib.invalidate_caches()
+    assert env.distributions()["nbburst-probe"].version == "2.0"
+
+    for path in (site / "nbburst_probe-2.0.dist-info").iterdir():
+        path.unlink()
+    (site / "nbburst_probe-2.0.dist-info").rmdir()
+    _moved(site)
+    importlib.invalidate_caches()
+    assert "nbburst_probe" not in env.module_owners()
+    assert "nbburst-probe" not in env.distributions()
+
+
+def test_a_distribution_reinstalled_at_the_same_version_is_read_again(site: Path) -> None:
+    """pip's --force-reinstall removes the metadata folder and writes it anew under the same name."""
+    _install(site, "nbburst_probe", "1.0")
+    _moved(site)
+    importlib.invalidate_caches()
+    assert env.module_owners()["nbburst_probe"] == ["nbburst-probe"]
+    shutil.rmtree(site / "nbburst_probe-1.0.dist-info")
+    meta = _install(site, "nbburst_probe", "1.0")
+    (meta / "RECORD").write_text(f"nbburst_probe_two/__init__.py,,\n{meta.name}/METADATA,,\n")
+    _moved(meta)
+    _moved(site)
+    importlib.invalidate_caches()
+    owners = env.module_owners()
+    assert "nbburst_probe_two" in owners
+    assert "nbburst_probe" not in owners
