@@ -152,3 +152,52 @@ def test_a_path_entry_added_as_a_path_object_travels_and_stays(monkeypatch, tmp_
     assert syspath.current() == {"front": [], "back": ["lib"]}
     syspath.apply({"front": [], "back": ["lib", "more"]})
     assert sys.path == ["/base", Path("lib"), "more"]
+
+
+#: A notebook's own accessor, on pandas' DataFrame and on xarray's Dataset.
+ACCESSORS = (
+    "@pd.api.extensions.register_dataframe_accessor('geo')\n"
+    "class Geo:\n    def __init__(self, obj):\n        self._obj = obj\n"
+    "    @property\n    def centre(self):\n        return (self._obj.lat.mean(), self._obj.lon.mean())\n"
+    "@xr.register_dataset_accessor('geo')\n"
+    "class GeoSet:\n    def __init__(self, obj):\n        self._obj = obj\n"
+    "    def extent(self):\n        return float(self._obj.lat.max() - self._obj.lat.min())"
+)
+USE_EXTENSIONS = (
+    "print(df.progress_apply(lambda c: c.sum()).tolist(), df.lat.progress_map(abs).tolist())\n"
+    "print(df.groupby('k').progress_apply(len).tolist())\n"
+    "print(df.geo.centre, ds.geo.extent(), 'geo' in dir(df))"
+)
+
+
+@pytest.mark.timeout(900)
+def test_methods_and_accessors_a_cell_adds_to_library_classes_are_there_in_the_next_cell(burst_env, tmp_path):
+    """``tqdm.pandas()`` (pandas' objects gain ``progress_apply``...) and accessors registered on a class the
+    notebook defines: added in the kernel, a machine's cell uses them; added on a machine, the kernel's next
+    cell and the next machine do."""
+    cells = [
+        "import pandas as pd\nimport xarray as xr\nfrom tqdm.auto import tqdm\n"
+        "df = pd.DataFrame({'lat': [1.0, -3.0, 5.0], 'lon': [2.0, 4.0, 6.0], 'k': [0, 1, 1]})\n"
+        "ds = xr.Dataset.from_dataframe(df)",
+        "tqdm.pandas(disable=True)",  # on a machine
+        "print(df.progress_apply(lambda c: c.max()).tolist())",  # in the kernel
+        ACCESSORS,  # on a machine
+        USE_EXTENSIONS,  # in the kernel
+        USE_EXTENSIONS,  # on the next machine
+    ]
+    plain = assert_identical(cells, {1, 3, 5}, tmp_path)
+    assert plain[4]["stdout"] == plain[5]["stdout"], plain
+    assert plain[5]["stdout"].endswith("(np.float64(1.0), np.float64(4.0)) 8.0 True\n"), plain[5]
+
+
+@pytest.mark.timeout(900)
+def test_methods_and_accessors_the_kernel_added_are_there_on_the_machine(burst_env, tmp_path):
+    cells = [
+        "import pandas as pd\nimport xarray as xr\nfrom tqdm.auto import tqdm\ntqdm.pandas(disable=True)\n"
+        "df = pd.DataFrame({'lat': [1.0, -3.0, 5.0], 'lon': [2.0, 4.0, 6.0], 'k': [0, 1, 1]})\n"
+        "ds = xr.Dataset.from_dataframe(df)",
+        ACCESSORS,
+        USE_EXTENSIONS,  # on a machine
+    ]
+    plain = assert_identical(cells, {2}, tmp_path)
+    assert plain[2]["stdout"].endswith("(np.float64(1.0), np.float64(4.0)) 8.0 True\n"), plain[2]

@@ -23,6 +23,7 @@ cost a cell that never uses numpy the import of numpy.
 
 from __future__ import annotations
 
+import functools
 import pickle
 import sys
 import warnings
@@ -30,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import envvars, figureformats, loggingstate, shellstate, syspath, workingdir
+from . import classextensions, envvars, figureformats, loggingstate, shellstate, syspath, workingdir
 from .imports import when_imported
 
 
@@ -340,3 +341,11 @@ register("logging", loggingstate.current, loggingstate.apply)
 register("IPython.InlineBackend", figureformats.current, figureformats.apply, module="IPython")
 # The shell's magics and extensions: what a cell registers or loads there, and what the kernel's has.
 register("IPython.shell", shellstate.current, shellstate.apply, module="IPython")
+# Methods and accessors the notebook added to pandas' and xarray's classes (tqdm.pandas(), register_*_accessor).
+for _library in classextensions.EXTENDED:
+    register(
+        f"{_library}.extensions",
+        functools.partial(classextensions.current, _library),
+        functools.partial(classextensions.apply, _library),
+        module=_library,
+    )
