@@ -52,3 +52,40 @@ def test_jupyter_clients_own_send_still_hides_the_reply():
     something else first)."""
     if all(asyncio.run(_reply_read(AsyncZMQSocketChannel, wait=1)) for _ in range(3)):
         pytest.fail("jupyter_client's shell channel no longer leaves the reply unread: drop _ShellChannel")
+
+
+@pytest.mark.timeout(300)
+def test_a_notebook_whose_kernel_dies_before_its_first_reply_runs_in_a_new_kernel(tmp_path):
+    """A kernel that found one of its ports taken by another process's connection exits before its first reply
+    (here one that exits so at once): the notebook runs again in a new kernel instead of failing the test; a
+    kernel that dies so every time still fails it, after the last start."""
+    import sys
+
+    import nbformat
+    from jupyter_client.kernelspec import KernelSpec
+    from support.nbrun import STARTS, KernelManager, client, execute
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
+    dies = [
+        sys.executable,
+        "-c",
+        "import sys; sys.exit('zmq.error.ZMQError: Address already in use')",
+        "{connection_file}",
+    ]
+    made = []
+
+    def make(dying: int):
+        made.append(1)
+        if len(made) > dying:
+            return client(nb, tmp_path)
+        km = KernelManager(kernel_name="python3")
+        km._kernel_spec = KernelSpec(argv=dies, display_name="dies", language="python")
+        return client(nb, tmp_path, km=km)
+
+    execute(lambda: make(dying=1))
+    assert len(made) == 2
+    assert nb.cells[0].outputs[0]["text"] == "42\n"
+    made.clear()
+    with pytest.raises(RuntimeError, match="before replying"):
+        execute(lambda: make(dying=STARTS))
+    assert len(made) == STARTS

@@ -396,19 +396,22 @@ def execute(
 def _execute_here(nb_in: str, nb_out: str, cwd: str, timeout: str) -> None:
     """Child process: execute one notebook with nbclient and write what came of it."""
     from nbclient import NotebookClient
+    from nbrun import execute  # this file runs as a script here, beside it
 
     nb = nbformat.read(nb_in, as_version=4)
     error = None
     try:
-        NotebookClient(
-            nb,
-            kernel_name="python3",
-            timeout=int(float(timeout)),
-            startup_timeout=120,
-            allow_errors=True,
-            interrupt_on_timeout=True,
-            resources={"metadata": {"path": cwd}},
-        ).execute()
+        execute(
+            lambda: NotebookClient(
+                nb,
+                kernel_name="python3",
+                timeout=int(float(timeout)),
+                startup_timeout=120,
+                allow_errors=True,
+                interrupt_on_timeout=True,
+                resources={"metadata": {"path": cwd}},
+            )
+        )
     except BaseException as exc:  # CellTimeoutError, DeadKernelError: keep what ran
         error = f"{type(exc).__name__}: {str(exc)[:300]}"
     Path(nb_out).write_text(json.dumps({"nb": nb, "error": error}))

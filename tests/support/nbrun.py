@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
@@ -55,6 +56,25 @@ def client(nb: nbformat.NotebookNode, cwd: str | Path, timeout: int = 240, **opt
     )
 
 
+#: How a kernel that could not bind one of its ports ends, before any cell ran: jupyter_client picks free ports by
+#: binding to port 0 and letting go, and another process's connection can take one before the kernel binds it
+#: (https://github.com/jupyter/jupyter_client/issues/276); a suite that starts many kernels, agents and emulators
+#: side by side meets it now and then. The notebook then runs in a new kernel, on new ports.
+PORT_TAKEN = "Kernel died before replying to kernel_info"
+STARTS = 3
+
+
+def execute(make: Callable[[], NotebookClient]) -> None:
+    """``make().execute()``, again in a new kernel when the kernel died before its first reply (:data:`PORT_TAKEN`)."""
+    for start in range(1, STARTS + 1):
+        try:
+            make().execute()
+            return
+        except RuntimeError as exc:
+            if PORT_TAKEN not in str(exc) or start == STARTS:
+                raise
+
+
 def run_cells(cells: list[str], timeout: int = 240, cwd: str | Path | None = None) -> list[list[dict]]:
     """Execute ``cells`` in a fresh python3 kernel; returns each cell's outputs."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
@@ -68,7 +88,7 @@ def run(nb: nbformat.NotebookNode, timeout: int = 240, cwd: str | Path | None = 
     if cwd is None:
         with tempfile.TemporaryDirectory(prefix="nbrun-") as folder:
             return run(nb, timeout, folder)
-    client(nb, cwd, timeout).execute()
+    execute(lambda: client(nb, cwd, timeout))
     return nb
 
 

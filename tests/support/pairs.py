@@ -7,7 +7,7 @@ import re
 
 import nbformat
 
-from support.nbrun import client
+from support.nbrun import client, execute
 
 LOAD = "%load_ext nbburst"
 SESSION = "%burst session start --idle 5m --timeout 30m"
@@ -33,7 +33,7 @@ def run_pairs(
     def on_executed(cell, cell_index, execute_reply):
         payloads[cell_index] = execute_reply["content"].get("payload", [])
 
-    client(nb, cwd, on_cell_executed=on_executed).execute()
+    execute(lambda: client(nb, cwd, on_cell_executed=on_executed))
     seen = [observe(cell.outputs, payloads.get(i, [])) for i, cell in enumerate(nb.cells)]
     first, pairs = len(head), 2 * len(cells)
     return [(seen[i], seen[i + 1]) for i in range(first, first + pairs, 2)], seen[first + pairs :][: len(then)]
