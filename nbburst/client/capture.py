@@ -24,26 +24,20 @@ import re
 import symtable
 import sys
 import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
 from ..options import Options, file_destination
-from ..protocol import handles, workfiles
+from ..protocol import handles, history, modulestate, sources, workfiles
 from ..protocol.dist import imported_names
 from ..protocol.imports import loaded_submodules
 from ..protocol.transfer import names_in
 from .cellcode import check_syntax, dynamic, embedded, extensions_named, magics_used, shell_words, written_files
 from .replay import definitions
 
-# IPython's input and output history: rebound by IPython at every cell, never brought back; sent, as the
-# kernel's, only to a cell that reads them (``_ * 3``, ``Out[4]``), which the machine then never sends back.
-# Other names IPython puts in the namespace (display, exit, open...) are left out only while they
-# still hold IPython's own object: a user's ``display = ConfusionMatrixDisplay(...)`` travels.
-_HISTORY = re.compile(r"^(_|__|___|_i|_ii|_iii|_i\d+|_\d+|_ih|_oh|_dh)$")
-_HISTORY_LISTS = frozenset({"In", "Out"})
 #: What a SQLAlchemy URL of a SQLite database file has before the file's path.
 _SQLITE_URL = re.compile(r"^sqlite(\+\w+)?:///(?=[^/])")
 #: A file the cell names is placed on the machine up to this size; a bigger one needs ``--files``.
@@ -272,7 +266,7 @@ def capture(
         if name not in namespace:
             continue
         value = namespace[name]
-        if _HISTORY.match(name) or (name in _HISTORY_LISTS and hidden.get(name) is value):
+        if history.NAMES.match(name) or (name in history.LISTS and hidden.get(name) is value):
             if name in analysis.reads:
                 result.history.append(name)
                 result.values[name] = value
@@ -285,7 +279,7 @@ def capture(
             result.values[name] = value
     result.optional |= frozenset(result.history)  # an Out that cannot be pickled stays: the cell may not need it
     rebound, unbound, imported = _reached_by_functions(result.values.values(), namespace)
-    outputs = [n for n in [*analysis.assigns, *rebound, *_star_imported(tree)] if not _HISTORY.match(n)]
+    outputs = [n for n in [*analysis.assigns, *rebound, *_star_imported(tree)] if not history.NAMES.match(n)]
     outputs = list(dict.fromkeys(outputs))
     if out is not None:
         unknown = [n for n in out if n not in analysis.assigns and n not in analysis.reads and n not in rebound]
@@ -298,12 +292,30 @@ def capture(
     else:
         result.outputs = outputs
     result.deletes = sorted({*analysis.deletes, *unbound})  # the machine reports which are really gone
+    result.imports = [*imported_names(code), *imported, *result.modules.values(), *_magic_modules(tree)]
+    # the variables of the notebook's own modules the cell uses: inputs too (their functions read them), before
+    # the files and submodules the inputs need are looked for
+    own = sources.own_modules([*result.imports, *_modules_held(result.values.values())])
+    variables = {n: v for n, v in modulestate.variables(own).items() if n not in result.values}
+    result.values.update(variables)
+    result.optional |= frozenset(variables)  # a variable that cannot be pickled stays, as it is, in its module
     result.submodules = loaded_submodules(_packages(tree, result))
     result.replayable = {} if analysis.dynamic else definitions(tree)
     held = [rel for value in result.values.values() for rel in handles.files_of(value)]  # reopened there on them
     result.files = list(dict.fromkeys([*_files_named(tree, result.values.values()), *held]))
-    result.imports = [*imported_names(code), *imported, *result.modules.values(), *_magic_modules(tree)]
     return result
+
+
+def _modules_held(values: Iterable[Any]) -> set[str]:
+    """The modules the values' classes come from, and those of the values that are functions or classes."""
+    held = set()
+    for value in values:
+        held.add(type(value).__module__)
+        try:
+            held.add(value.__module__)  # a function's or class's own module
+        except Exception:
+            continue
+    return {name for name in held if isinstance(name, str)}
 
 
 def _magic_modules(tree: ast.AST) -> list[str]:
@@ -449,12 +461,7 @@ def _packages(tree: ast.AST, cap: Capture) -> set[str]:
     found = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     found |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level}
     found |= set(cap.modules.values())
-    for value in cap.values.values():
-        found.add(type(value).__module__)
-        try:
-            found.add(value.__module__)  # a function's or class's own module
-        except Exception:
-            continue
+    found |= _modules_held(cap.values.values())
     return {name.partition(".")[0] for name in found if isinstance(name, str)} - {"builtins", "__main__"}
 
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import RemoteError
+from ..protocol import modulestate, transfer
 from ..protocol import processstate as process_state
-from ..protocol import transfer
 from .replay import settle
 
 
@@ -75,9 +75,11 @@ class CellResult:
     def merge_into(self, namespace: dict[str, Any]) -> None:
         """Bind the values, drop the deleted names, apply the process state, as the cell would have; then make
         again, or unbind, the names whose new values did not come back (:func:`nbburst.client.replay.settle`)."""
-        namespace.update(self.values)
+        namespace.update({n: v for n, v in self.values.items() if not modulestate.is_variable(n)})
+        modulestate.bind({n: v for n, v in self.values.items() if modulestate.is_variable(n)})
         for name in self.deleted:
             namespace.pop(name, None)
+        modulestate.unbind(n for n in self.deleted if modulestate.is_variable(n))
         self.warnings += process_state.restore(self.state)
         said = settle(namespace, self.unsent, self.replayable)
         told = set(self.unsent.values())

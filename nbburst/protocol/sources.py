@@ -152,12 +152,24 @@ def collect(modules: Iterable[str]) -> dict[str, Path]:
     return found
 
 
+def _imported(files: Iterable[str]) -> list[str]:
+    """The modules of ``files`` (see :func:`collect`) that the kernel has imported, in the order it did."""
+    tops = {rel.partition("/")[0].partition(".")[0] for rel in files}
+    return [name for name in list(sys.modules) if name.partition(".")[0] in tops]
+
+
+def own_modules(modules: Iterable[str]) -> list[str]:
+    """The notebook's own modules that ``modules`` (dotted names) use, as :func:`collect` finds them, that the
+    kernel has imported."""
+    return _imported(collect(modules))
+
+
 def encode(files: dict[str, Path]) -> payload.Encoded:
     """The blob of the files (see :func:`collect`), with the names of their modules the kernel has imported,
     in the order it imported them."""
-    tops = {rel.partition("/")[0].partition(".")[0] for rel in files}
-    imported = [name for name in list(sys.modules) if name.partition(".")[0] in tops]
-    return payload.encode({"files": {rel: path.read_bytes() for rel, path in files.items()}, "imported": imported})
+    return payload.encode(
+        {"files": {rel: path.read_bytes() for rel, path in files.items()}, "imported": _imported(files)}
+    )
 
 
 def place(shipped: dict[str, Any], workdir: str | os.PathLike[str]) -> list[str]:

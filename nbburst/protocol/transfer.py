@@ -43,7 +43,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import codepickle, handles, payload, views
+from . import codepickle, handles, modulestate, payload, views
 
 #: The name under which a cell's last value (its ``Out``) travels among its variables.
 LAST = "<last>"
@@ -453,6 +453,8 @@ class _Resolving:
             old = self.inner.get(address[0], {}).get(address[1], _MISSING)
         else:
             old = self.target.get(address, _MISSING)
+            if old is _MISSING and modulestate.is_variable(address):  # a variable of the notebook's own module
+                old = modulestate.lookup(address, _MISSING)
         if kind == "adopt":
             self.adopted[address] = value = _update(None if old is _MISSING else old, *content)
             return value

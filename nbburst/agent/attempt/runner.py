@@ -23,6 +23,7 @@ from ...protocol.job import JobLayout, JobSpec, blob_key
 from ...store import Store
 from ..linebuffered import install as install_line_buffering
 from ..scaleout import connect as connect_cluster
+from .bindings import Bindings
 from .channel import Channel, ChannelStream, flush_c_streams
 from .inputs import Inputs
 from .inputs import load as load_inputs
@@ -146,13 +147,15 @@ def run(
         inputs = load_inputs(store, layout, spec, ns)
         shell.take_input_history(inputs.count)
         inputs.begin()  # the kernel's process state, in force from here on
+        bindings = Bindings(ns, shell.user_ns_hidden, told=inputs.returns is not None)
+        bindings.lift(ns)  # the notebook's modules' variables, into their modules
         reporting.phase("")
         connect_cluster()  # --workers: the default Dask client, and Dask as joblib's default backend
         if spec.kind == "call":
             fn, args, kwargs = ns.pop("__fn__"), ns.pop("__args__"), ns.pop("__kwargs__")
             outcome = {"values": {}, "deleted": [], "has_last": True, "last": fn(*args, **kwargs)}
         else:
-            outcome = run_cell(store.get(layout.code).decode(), spec, ns, shell)
+            outcome = run_cell(store.get(layout.code).decode(), spec, ns, shell, bindings)
             raised = outcome.pop("raised", None)
             if raised is not None:
                 ran = outcome
@@ -176,20 +179,24 @@ def _final_sync(syncer: Any) -> None:
         syncer.flush()
 
 
-def run_cell(code: str, spec: JobSpec, ns: dict[str, Any], shell: ZMQInteractiveShell) -> dict[str, Any]:
-    """Run the cell as the kernel would (see agent/attempt/shell.py); ``Out`` has been displayed when it returns."""
+def run_cell(
+    code: str, spec: JobSpec, ns: dict[str, Any], shell: ZMQInteractiveShell, bindings: Bindings
+) -> dict[str, Any]:
+    """Run the cell as the kernel would (see agent/attempt/shell.py); ``Out`` has been displayed when it returns.
+    What comes back: the names the kernel read from its code, and those ``bindings`` tells it bound otherwise."""
     if payload.digest_bytes(code.encode()) != spec.digests.get("code.py"):
         raise signing.SignatureError("code.py does not match the signed job spec; refusing to run it")
     executed = shell.execute(code)
+    bindings.settle(ns)
     outcome: dict[str, Any] = {"has_last": executed.result is not None, "last": executed.result, "displayed": True}
     if executed.error_before_exec is not None:
         raise executed.error_before_exec
     if executed.error_in_exec is not None:
         # As in the kernel, what the cell bound and changed before it raised stays: it goes back with the error.
         outcome.update(raised=executed.error_in_exec, has_last=False, last=None)
-    names = spec.outputs if spec.outputs is not None else []
+    names = [*(spec.outputs if spec.outputs is not None else []), *bindings.bound(ns)]
     outcome["values"] = {n: ns[n] for n in names if n in ns}
-    outcome["deleted"] = [n for n in spec.deleted if n not in ns]
+    outcome["deleted"] = list(dict.fromkeys([*(n for n in spec.deleted if n not in ns), *bindings.unbound(ns)]))
     return outcome
 
 
