@@ -40,6 +40,33 @@ def test_numpy_subclasses_come_back_as_their_own_class(burst_env, tmp_path, sess
     assert after["outputs"] == [("stream", "stdout", "True True True True\n0.0 2.0 2.0\n")]
 
 
+# An array subclass that keeps attributes on its instances (python-control's NamedSignal keeps its labels so):
+# numpy's pickle of a subclass leaves them out, so a cell reading them on the machine raised AttributeError.
+LABELLED = (
+    "import numpy as np\n"
+    "class Labelled(np.ndarray):\n"
+    "    def __new__(cls, a, labels=None):\n"
+    "        obj = np.asarray(a).view(cls)\n        obj.labels = labels\n        return obj\n"
+    "    def __array_finalize__(self, obj):\n"
+    "        if obj is not None:\n            self.labels = getattr(obj, 'labels', None)\n"
+    "kernels = Labelled([1.0, 2.0], labels=['a', 'b'])"
+)
+
+
+def test_an_array_subclass_keeps_the_attributes_of_its_instances_both_ways(burst_env, tmp_path):
+    from support.threeways import assert_identical
+
+    cells = [
+        LABELLED,
+        "made = Labelled([3.0, 4.0, 5.0], labels=['x', 'y', 'z'])\nprint(kernels.labels, (kernels * 2).labels)",
+        "kernels.labels = ['c', 'd']\nmade[0] = 9.0",  # changed in place on a machine: attribute and data
+        "print(type(made).__name__, made.labels, made.tolist(), kernels.labels, kernels.tolist())",
+    ]
+    plain = assert_identical(cells, {1, 2}, tmp_path)
+    assert plain[1]["stdout"] == "['a', 'b'] ['a', 'b']\n", plain[1]
+    assert plain[3]["stdout"] == "Labelled ['x', 'y', 'z'] [9.0, 4.0, 5.0] ['c', 'd'] [1.0, 2.0]\n", plain[3]
+
+
 # A file the cell reads is sent with it, whatever way its path is written; one it only read is never taken
 # for one it wrote (which would come back over the kernel's copy).
 READS = [

@@ -186,6 +186,8 @@ class _Pickler(codepickle.Pickler):
             return NotImplemented
         if mode is _TRANSFORM:
             return _with_weak_parents(obj)
+        if mode is _SUBARRAY:
+            return _with_attributes(obj)
         if self.named is not None and isinstance(obj, (type, types.FunctionType, types.ModuleType)):
             home = obj.__name__ if isinstance(obj, types.ModuleType) else obj.__module__
             if isinstance(home, str):
@@ -203,13 +205,14 @@ class _Pickler(codepickle.Pickler):
 
 
 #: What :meth:`_Pickler.reducer_override` does with the objects of a type (:func:`_mode`).
-_DECLINED, _ARRAY, _TRANSFORM, _ASKED = "declined", "array", "transform", "asked"
+_DECLINED, _ARRAY, _SUBARRAY, _TRANSFORM, _ASKED = "declined", "array", "subarray", "transform", "asked"
 
 
 def _mode(kind: type, fingerprinting: bool) -> str:
     """What :meth:`_Pickler.reducer_override` does with every object of exactly the type ``kind`` (past the
     references it looks up by identity first): leaves it to the pickler (``_DECLINED``), reduces it as a view
-    when it lies in a region (``_ARRAY``, numpy's arrays), reduces it to be loaded with weak references to its
+    when it lies in a region (``_ARRAY``, numpy's arrays), reduces it with its instance's attributes
+    (``_SUBARRAY``, :func:`_with_attributes`), reduces it to be loaded with weak references to its
     parents (``_TRANSFORM``, :func:`_pins_parents`), or asks each of the checks (``_ASKED``: a class,
     function or module, whose home is named and which cloudpickle and :mod:`.codepickle` reduce; a handle,
     :func:`handles.moves`; a registry that counts its pickles, when fingerprinting). Asked once per type and
@@ -222,7 +225,17 @@ def _mode(kind: type, fingerprinting: bool) -> str:
         return _ASKED
     if _pins_parents(kind):
         return _TRANSFORM
-    return _ARRAY if kind.__name__ == "ndarray" and kind.__module__ == "numpy" else _DECLINED
+    if kind.__name__ == "ndarray" and kind.__module__ == "numpy":
+        return _ARRAY
+    return _SUBARRAY if _reduced_as_array(kind) else _DECLINED
+
+
+def _reduced_as_array(kind: type) -> bool:
+    """Whether ``kind`` is a subclass of numpy's array that numpy's own reduction pickles (none of its own)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None or not issubclass(kind, numpy.ndarray):
+        return False
+    return kind.__reduce_ex__ is numpy.ndarray.__reduce_ex__ and kind.__reduce__ is numpy.ndarray.__reduce__
 
 
 #: Types the C pickler saves itself, without asking ``reducer_override``.
@@ -281,6 +294,23 @@ def _with_weak_parents(obj: Any) -> Any:
     func, args, state, *rest = reduced
     items, pairs = (*rest, None, None)[:2]
     return func, args, state, items, pairs, _set_weak_parents
+
+
+def _with_attributes(obj: Any) -> Any:
+    """A numpy array subclass's reduction with the attributes of the instance, which numpy's leaves out (a
+    labelled signal's labels: ``obj.labels = ...`` in its ``__new__``); numpy's own where it has none."""
+    attributes = getattr(obj, "__dict__", None)
+    if not attributes:
+        return NotImplemented
+    func, args, state = obj.__reduce_ex__(5)[:3]
+    return func, args, (state, dict(attributes)), None, None, _set_array_attributes
+
+
+def _set_array_attributes(obj: Any, state: tuple[Any, dict[str, Any]]) -> None:
+    """Where an array of :func:`_with_attributes` is loaded: numpy's state, then the instance's attributes."""
+    array_state, attributes = state
+    obj.__setstate__(array_state)
+    obj.__dict__.update(attributes)
 
 
 _CONTAINERS = {"list": list, "dict": dict, "set": set, "bytearray": bytearray}
