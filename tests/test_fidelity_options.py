@@ -201,3 +201,37 @@ def test_methods_and_accessors_the_kernel_added_are_there_on_the_machine(burst_e
     ]
     plain = assert_identical(cells, {2}, tmp_path)
     assert plain[2]["stdout"].endswith("(np.float64(1.0), np.float64(4.0)) 8.0 True\n"), plain[2]
+
+
+@pytest.mark.timeout(900)
+def test_a_limit_the_csv_module_keeps_is_in_force_on_either_side(burst_env, tmp_path):
+    (tmp_path / "wide.csv").write_text("a,b\n" + "x" * 200 + ",1\n")
+    cells = [
+        "import csv",
+        "csv.field_size_limit(100)",  # on a machine
+        "try:\n    print(list(csv.reader(open('wide.csv'))))\nexcept csv.Error as exc:\n    print('refused:', exc)",
+        "csv.field_size_limit(1000)\nprint(len(list(csv.reader(open('wide.csv')))))",
+        "print(csv.field_size_limit())",  # the kernel's, on a machine
+    ]
+    plain = assert_identical(cells, {1, 4}, tmp_path)
+    assert plain[2]["stdout"].startswith("refused: field larger than field limit (100)"), plain[2]
+    assert plain[4]["stdout"] == "1000\n", plain[4]
+
+
+@pytest.mark.timeout(900)
+def test_python_controls_defaults_and_the_names_of_its_systems_go_on_where_the_other_side_left_them(
+    burst_env, tmp_path
+):
+    """python-control names each unnamed system ``sys[N]`` from a counter its class holds: a system made on a
+    machine was named like one the kernel had made already, and ``ct.interconnect`` could not tell them apart
+    (the held-out kalman-pvtol notebook). Its defaults (``ct.set_defaults``) are library options as well."""
+    pytest.importorskip("control")
+    cells = [
+        "import control as ct\ns1 = ct.ss([[-1]], [[1]], [[1]], [[0]])\nprint(s1.name)",
+        "s2 = ct.ss([[-2]], [[1]], [[1]], [[0]])\nct.set_defaults('freqplot', dB=True)",  # on a machine
+        "s3 = ct.ss([[-3]], [[1]], [[1]], [[0]])\nprint(s2.name, s3.name, ct.defaults['freqplot.dB'])",
+        "s4 = ct.tf([1], [1, 4])\nprint(s4.name, ct.defaults['freqplot.dB'])",  # the kernel's, on a machine
+    ]
+    plain = assert_identical(cells, {1, 3}, tmp_path)
+    assert plain[2]["stdout"] == "sys[1] sys[2] True\n", plain[2]
+    assert plain[3]["stdout"] == "sys[3] True\n", plain[3]

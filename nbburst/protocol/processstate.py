@@ -316,6 +316,51 @@ def _warnings_set(value: Any) -> None:
     warnings._filters_mutated()  # type: ignore[attr-defined]  # what filterwarnings() calls: drops cached decisions
 
 
+def _control_get() -> Any:
+    """python-control's defaults (``ct.set_defaults``), and the counter its unnamed systems take their names from
+    (``sys[N]``): a system made on a machine took a name the kernel had given already, and a later
+    ``ct.interconnect`` could not tell the two apart."""
+    import control
+
+    return {"defaults": dict(control.config.defaults), "systems": control.InputOutputSystem._idCounter}
+
+
+def _control_set(value: Any) -> None:
+    import control
+
+    defaults = control.config.defaults
+    for key, setting in value["defaults"].items():
+        if key in defaults and _differs(defaults[key], setting):
+            defaults[key] = setting
+    control.InputOutputSystem._idCounter = value["systems"]
+
+
+def _geopandas_get() -> Any:
+    import geopandas
+
+    return {name: getattr(geopandas.options, name) for name in dir(geopandas.options)}
+
+
+def _geopandas_set(value: Any) -> None:
+    import geopandas
+
+    for name, setting in value.items():
+        if name in dir(geopandas.options) and _differs(getattr(geopandas.options, name), setting):
+            setattr(geopandas.options, name, setting)
+
+
+def _csv_get() -> Any:
+    import csv
+
+    return csv.field_size_limit()
+
+
+def _csv_set(value: Any) -> None:
+    import csv
+
+    csv.field_size_limit(value)
+
+
 register("numpy.random", _numpy_get, _numpy_set, module="numpy.random")  # numpy imports it lazily
 register("random", _random_get, _random_set)
 register("sklearn.config", _sklearn_get, _sklearn_set, module="sklearn")
@@ -329,6 +374,9 @@ register("numpy.errstate", _numpy_err_get, _numpy_err_set, module="numpy")
 register("xarray.options", _xarray_get, _xarray_set, module="xarray")
 register("decimal.context", _decimal_get, _decimal_set, module="decimal")
 register("sys.recursionlimit", sys.getrecursionlimit, sys.setrecursionlimit, module="sys")  # deep recursion allowed
+register("control", _control_get, _control_set)
+register("geopandas.options", _geopandas_get, _geopandas_set, module="geopandas")
+register("csv.field_size_limit", _csv_get, _csv_set, module="csv")
 # The working directory (os.chdir, %cd), before sys.path: an entry inside it is said as a place in it.
 register("os.getcwd", workingdir.current, workingdir.apply, module="os")
 # The entries the notebook added to sys.path (sys.path.insert(0, "src")), not the path.
