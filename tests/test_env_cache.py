@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -39,10 +40,15 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
+#: The times :func:`_moved` gives, each a second after the one before.
+_clock = [time.time_ns()]
+
+
 def _moved(folder: Path) -> None:
-    """The folder's time moved, as it does between two installs: a test is faster than the clock's grain."""
-    later = os.stat(folder).st_mtime_ns + 10**9
-    os.utime(folder, ns=(later, later))
+    """The folder's time moved past any it had, as it does between two installs, seconds apart: a test's steps
+    come faster than the file system's clock moves, and two of them may leave a folder the same time."""
+    _clock[0] += 10**9
+    os.utime(folder, ns=(_clock[0], _clock[0]))
 
 
 def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
