@@ -10,10 +10,10 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
-
-import pytest
 
 from nbburst.protocol import env
 
@@ -29,17 +29,6 @@ def _install(folder: Path, name: str, version: str) -> Path:
     return meta
 
 
-@pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A folder on ``sys.path`` that is also the working folder, as a kernel's notebook folder is."""
-    folder = tmp_path / "notebooks"
-    folder.mkdir()
-    monkeypatch.chdir(folder)
-    monkeypatch.syspath_prepend(str(folder))
-    importlib.invalidate_caches()
-    return folder
-
-
 #: The times :func:`_moved` gives, each a second after the one before.
 _clock = [time.time_ns()]
 
@@ -51,7 +40,26 @@ def _moved(folder: Path) -> None:
     os.utime(folder, ns=(_clock[0], _clock[0]))
 
 
-def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def _in_a_kernel_like_process(tmp_path: Path, scenario: str) -> None:
+    """Run ``scenario`` (a function of this module) in a new Python process, in a notebook folder that is on its
+    ``sys.path`` and its working folder, as a kernel's is: the test suite's own process has imported, changed and
+    cached much that a kernel's has not."""
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    code = f"import test_env_cache\ntest_env_cache.{scenario}(__import__('pathlib').Path({str(folder)!r}))"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _files_written(site: Path) -> None:
+    sys.path.insert(0, str(site))  # beside "", where `python -c` put the working folder
     reads = [0]
     real = env.metadata.packages_distributions
 
@@ -59,15 +67,7 @@ def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         reads[0] += 1
         return real()
 
-    monkeypatch.setattr(env.metadata, "packages_distributions", counted)
-    return reads
-
-
-def test_files_written_in_a_folder_on_sys_path_do_not_read_the_distributions_again(
-    site: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.syspath_prepend("")  # the working folder, as a kernel started by `python -m` has it too
-    reads = _count_reads(monkeypatch)
+    env.metadata.packages_distributions = counted
     env.module_owners()
     first = reads[0]
     for i in range(3):
@@ -75,10 +75,11 @@ def test_files_written_in_a_folder_on_sys_path_do_not_read_the_distributions_aga
         _moved(site)
         (site / "data").mkdir(exist_ok=True)
         assert "numpy" in env.module_owners()
-    assert reads[0] == first
+    assert reads[0] == first, reads
 
 
-def test_a_distribution_installed_upgraded_or_removed_is_seen_at_once(site: Path) -> None:
+def _installed_upgraded_removed(site: Path) -> None:
+    sys.path[0] = str(site)  # where `python -c` put "", `python -m ipykernel_launcher` puts the folder itself
     assert "nbburst_probe" not in env.module_owners()
     meta = _install(site, "nbburst_probe", "1.0")
     _moved(site)
@@ -94,17 +95,16 @@ def test_a_distribution_installed_upgraded_or_removed_is_seen_at_once(site: Path
     importlib.invalidate_caches()
     assert env.distributions()["nbburst-probe"].version == "2.0"
 
-    for path in (site / "nbburst_probe-2.0.dist-info").iterdir():
-        path.unlink()
-    (site / "nbburst_probe-2.0.dist-info").rmdir()
+    shutil.rmtree(site / "nbburst_probe-2.0.dist-info")
     _moved(site)
     importlib.invalidate_caches()
     assert "nbburst_probe" not in env.module_owners()
     assert "nbburst-probe" not in env.distributions()
 
 
-def test_a_distribution_reinstalled_at_the_same_version_is_read_again(site: Path) -> None:
+def _reinstalled(site: Path) -> None:
     """pip's --force-reinstall removes the metadata folder and writes it anew under the same name."""
+    sys.path[0] = str(site)
     _install(site, "nbburst_probe", "1.0")
     _moved(site)
     importlib.invalidate_caches()
@@ -116,5 +116,16 @@ def test_a_distribution_reinstalled_at_the_same_version_is_read_again(site: Path
     _moved(site)
     importlib.invalidate_caches()
     owners = env.module_owners()
-    assert "nbburst_probe_two" in owners
-    assert "nbburst_probe" not in owners
+    assert "nbburst_probe_two" in owners and "nbburst_probe" not in owners, owners
+
+
+def test_files_written_in_a_folder_on_sys_path_do_not_read_the_distributions_again(tmp_path: Path) -> None:
+    _in_a_kernel_like_process(tmp_path, "_files_written")
+
+
+def test_a_distribution_installed_upgraded_or_removed_is_seen_at_once(tmp_path: Path) -> None:
+    _in_a_kernel_like_process(tmp_path, "_installed_upgraded_removed")
+
+
+def test_a_distribution_reinstalled_at_the_same_version_is_read_again(tmp_path: Path) -> None:
+    _in_a_kernel_like_process(tmp_path, "_reinstalled")
