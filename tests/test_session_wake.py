@@ -34,7 +34,8 @@ def test_a_cell_through_the_store_to_a_quiet_session_wakes_its_relay_through_the
 ):
     session = burst.sessions.start(cores=2, idle="5m", timeout="10m", preload=[])
     machines = burst.machines("gce")
-    wait_until(lambda: "watching the nbburst-wake attribute" in machines.console(session.machine))
+    # quiet: a cell written to the Store now is found only by the wake
+    wait_until(lambda: "it lists the requests every 3600.0 s" in machines.console(session.machine))
     unreachable_push(burst.sessions.folder, session.name)
 
     ns: dict[str, Any] = {}

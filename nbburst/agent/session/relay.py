@@ -157,9 +157,7 @@ class Relay:
                 self.over.wait(1.0)
                 continue
             if etag is None:
-                _log(
-                    f"watching the {sessionwire.WAKE_ATTRIBUTE} attribute: quiet, it lists every {IDLE_POLL_SECONDS} s"
-                )
+                _log(f"watching the {sessionwire.WAKE_ATTRIBUTE} attribute")
             elif found != etag:
                 _log(f"woken by the {sessionwire.WAKE_ATTRIBUTE} attribute")
                 self.woken.set()
@@ -333,12 +331,15 @@ def main(argv: list[str]) -> int:
             except (OSError, ValueError):
                 time.sleep(0.05)
         _log("the session takes cells")
+        every = None
         while parent.poll() is None:
             try:
                 relay.step()
             except Exception as exc:  # the Store unreachable for a moment: the next round tries again
                 _log(f"listing requests failed: {type(exc).__name__}: {exc}")
-            due = time.monotonic() + relay.poll_seconds()
+            if every != (every := relay.poll_seconds()):  # quiet, or busy again: said once at each change
+                _log(f"it lists the requests every {every} s")
+            due = time.monotonic() + every
             while parent.poll() is None and time.monotonic() < due:
                 if relay.woken.wait(min(POLL_SECONDS, max(0.0, due - time.monotonic()))):
                     relay.woken.clear()  # a request waits in the Store: list now
