@@ -110,19 +110,29 @@ def _files(top: str, root: Path) -> dict[str, Path]:
     return {f"{top}/{path.relative_to(root).as_posix()}": path for path in folder_files(root)}
 
 
-def _imported_by(path: Path) -> set[str]:
-    """Top-level names of the absolute imports of a source file (anywhere in it: in functions too)."""
+def _imported_by(path: Path) -> frozenset[str]:
+    """Top-level names of the absolute imports of a source file (anywhere in it: in functions too), parsed again
+    only once the file changed: a cell's capture and its submission both ask, at every cell."""
     try:
-        tree = ast.parse(path.read_bytes())
+        stamp = path.stat()
+    except OSError:
+        return frozenset()
+    return _imports_in(str(path), stamp.st_mtime_ns, stamp.st_size)
+
+
+@functools.lru_cache(maxsize=1024)
+def _imports_in(path: str, _mtime_ns: int, _size: int) -> frozenset[str]:
+    try:
+        tree = ast.parse(Path(path).read_bytes())
     except (SyntaxError, ValueError, OSError):
-        return set()
+        return frozenset()
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names |= {alias.name.partition(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.add(node.module.partition(".")[0])
-    return names
+    return frozenset(names)
 
 
 def collect(modules: Iterable[str]) -> dict[str, Path]:
