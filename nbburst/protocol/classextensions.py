@@ -98,9 +98,9 @@ def apply(library: str, value: dict[str, dict[str, Any]]) -> None:
         cls = classes.get(name)
         if cls is None:
             continue
+        registry = vars(cls).get("_accessors")  # pandas names its classes' accessors there, for dir()
         for key, attribute in added.items():
             if vars(cls).get(key) is not attribute:
                 setattr(cls, key, attribute)
-            registry = vars(cls).get("_accessors")  # pandas names its classes' accessors there, for dir()
             if isinstance(registry, set) and _accessor(attribute) is not None:
                 registry.add(key)

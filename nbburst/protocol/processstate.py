@@ -344,8 +344,9 @@ def _geopandas_get() -> Any:
 def _geopandas_set(value: Any) -> None:
     import geopandas
 
+    known = dir(geopandas.options)  # the options this version has
     for name, setting in value.items():
-        if name in dir(geopandas.options) and _differs(getattr(geopandas.options, name), setting):
+        if name in known and _differs(getattr(geopandas.options, name), setting):
             setattr(geopandas.options, name, setting)
 
 
