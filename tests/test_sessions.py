@@ -112,6 +112,39 @@ def test_a_crash_or_a_timeout_does_not_poison_the_next_cell(burst):
     assert ns["x"] == 42 and ns["parent"] == state["pid"] and state["cells"] == 3
 
 
+def test_a_cell_refused_or_interrupted_before_it_reaches_the_session_leaves_it_taking_the_next(burst, monkeypatch):
+    """A cell is refused after its session was found up (its input cannot be pickled, a ``--files`` path is
+    missing) or interrupted while its inputs upload: the connection made to check the session's machine is let
+    go, where its warm parent, waiting on it for that cell's request, took no other cell."""
+    import threading
+
+    from nbburst.client import burst as burst_module
+    from nbburst.errors import CaptureError, UsageError
+
+    session = burst.sessions.start(cores=1, idle="5m", timeout="10m", preload=[])
+    ns: dict[str, Any] = {"lock": threading.Lock()}
+    kept = []  # each error with its traceback, as a kernel keeps the last one (what the cell's frames held stays)
+    with pytest.raises(CaptureError) as refused:
+        run(burst, "held = lock.locked()", ns)
+    kept.append(refused)
+    with pytest.raises(UsageError, match="missing.csv") as refused:
+        run(burst, "x = 1", ns, files=["missing.csv"])
+    kept.append(refused)
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(burst_module, "encode_all", interrupted)
+        with pytest.raises(KeyboardInterrupt) as refused:
+            run(burst, "x = 1", ns)
+        kept.append(refused)
+    job = burst.submit_cell("x = 41 + 1", capture("x = 41 + 1", ns, None), burst.options())
+    assert job.wait(timeout=120) == State.SUCCEEDED, job.logs()
+    job.outcome(ns).merge_into(ns)
+    assert ns["x"] == 42 and asked(session)["cells"] == 1 and len(kept) == 3
+
+
 def test_idle_ends_the_machine_and_the_next_cell_brings_it_back(burst):
     session = burst.sessions.start(cores=1, idle="1s", timeout="10m", preload=[])
     machines = burst.machines("local")

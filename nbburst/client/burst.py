@@ -131,59 +131,66 @@ class Burst:
         modules the job imports (the notebook's own travel with it as files, :mod:`nbburst.protocol.sources`);
         ``code_name``: the kernel's name for the cell's code, which the machine compiles it under."""
         session = keep.session_for(self, options)  # a warm session's or a kept machine, up, if any
-        machines = self.machines(options.backend)
-        # refuses what the backend cannot do, before anything else; a session's cell runs on the machine it has
-        plan = machines.plan(options.resources) if session is None else session.plan()
-        if session is None:  # a session's machine installs nothing per cell: its environment came with its start
-            machines.check_environment(code, modules.values())  # and a package the cell needs that it cannot install
-        pricing.price_plan(plan, options.backend, self.settings)
-        count = 1 + (options.resources.workers or 0)  # the job's machine and its workers
-        budget.check_plan(options.budget_usd, plan, options.backend, count)  # too small to boot them: refused
-        store = self.store_for(options.backend)
-        source = self._resume_source(store, options.resume)
-        if source is not None:
-            options = replace(options, resume=source.id)  # the spec names it by id: names repeat
-        inner: dict[str, dict[int, Any]] = {}  # the objects inside each input: results may refer to them
-        named = {*imports, *modules.values()}  # and the modules of what the inputs hold
-        encoded = encode_all(values, optional, namespace, inner, named)
-        deletes = [n for n in deletes if n in encoded or n not in optional]  # an unsent one: the machine cannot tell
-        inputs = {"modules": modules, **extra, "state": encode_state()}
-        if own := sources.collect(named):
-            inputs["sources"] = sources.encode(own)
-        files = check_files(options.files)
-        if options.name and self._find_by_name(store, options.name, running_only=True):
-            raise UsageError(f"--name: a job called {options.name!r} is still running; pick another name")
-        job_id = new_job_id()
-        layout = JobLayout(job_id)
-        key = self.keyring.create(job_id, store.url)
-        written = store if session is None else session.cell_store(store, layout)  # it may travel with the cell
         try:
-            if source is not None:  # its checkpoints, verified and sealed again for this job (before its spec)
-                resume.carry_over(source.folder, JobFolder(written, layout, key), source.label)
-            spec = self._write_job(
-                written,
-                layout,
-                key,
-                kind,
-                code,
-                encoded,
-                inputs,
-                files,
-                options,
-                outputs,
-                deletes,
-                plan.to_dict(),
-                code_name,
-            )
+            machines = self.machines(options.backend)
+            # refuses what the backend cannot do, before anything else; a session's cell runs on its machine
+            plan = machines.plan(options.resources) if session is None else session.plan()
+            # and a package the cell needs that it cannot install (a session's machine installs nothing per cell:
+            # its environment came with its start)
+            if session is None:
+                machines.check_environment(code, modules.values())
+            pricing.price_plan(plan, options.backend, self.settings)
+            count = 1 + (options.resources.workers or 0)  # the job's machine and its workers
+            budget.check_plan(options.budget_usd, plan, options.backend, count)  # too small to boot them: refused
+            store = self.store_for(options.backend)
+            source = self._resume_source(store, options.resume)
+            if source is not None:
+                options = replace(options, resume=source.id)  # the spec names it by id: names repeat
+            inner: dict[str, dict[int, Any]] = {}  # the objects inside each input: results may refer to them
+            named = {*imports, *modules.values()}  # and the modules of what the inputs hold
+            encoded = encode_all(values, optional, namespace, inner, named)
+            deletes = [n for n in deletes if n in encoded or n not in optional]  # an unsent one: cannot tell
+            inputs = {"modules": modules, **extra, "state": encode_state()}
+            if own := sources.collect(named):
+                inputs["sources"] = sources.encode(own)
+            files = check_files(options.files)
+            if options.name and self._find_by_name(store, options.name, running_only=True):
+                raise UsageError(f"--name: a job called {options.name!r} is still running; pick another name")
+            job_id = new_job_id()
+            layout = JobLayout(job_id)
+            key = self.keyring.create(job_id, store.url)
+            written = store if session is None else session.cell_store(store, layout)  # may travel with the cell
+            try:
+                if source is not None:  # its checkpoints, verified and sealed again for this job (before its spec)
+                    resume.carry_over(source.folder, JobFolder(written, layout, key), source.label)
+                spec = self._write_job(
+                    written,
+                    layout,
+                    key,
+                    kind,
+                    code,
+                    encoded,
+                    inputs,
+                    files,
+                    options,
+                    outputs,
+                    deletes,
+                    plan.to_dict(),
+                    code_name,
+                )
+            except BaseException:
+                store.delete_prefix(layout.prefix)  # no half-written job
+                self.keyring.delete(job_id)
+                raise
+            job = self.handle(written, job_id, spec)
+            job.inner = inner
+            job.session = session
+            job.cell_imports = imported_by(code) if kind == "cell" and session is not None else []
+            job.launch(attempt=1)
         except BaseException:
-            store.delete_prefix(layout.prefix)  # no half-written job
-            self.keyring.delete(job_id)
+            if session is not None:  # the cell was refused or interrupted before it reached the session
+                session.release()
             raise
-        job = self.handle(written, job_id, spec)
-        job.inner = inner
-        job.session = session
-        job.cell_imports = imported_by(code) if kind == "cell" and session is not None else []
-        job.launch(attempt=1)
         if self.settings.background_supervisor and not backends.is_remote(options.backend):
             laptop.ensure(self.settings, store.url)  # machines that only a supervisor on this computer relaunches
         if session is None:

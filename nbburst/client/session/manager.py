@@ -157,6 +157,10 @@ class Session:
         """Hand the claimed ``attempt`` of ``job`` to the warm parent; ``job.wait`` then follows it."""
         self.sessions.transport(self.record.backend).launch(self, job, attempt)
 
+    def release(self) -> None:
+        """The cell this session was made ready for is not launched: let go of what was made for it."""
+        self.sessions.transport(self.record.backend).release(self)
+
     def plan(self) -> Plan:
         """The plan of a cell on the session: its machine's, which is there already (nothing is chosen again, and
         no quota or image is looked up for the cell)."""

@@ -54,6 +54,14 @@ class Transport(abc.ABC):
         """Whether the session's machine of its current boot takes cells (a local one: OSError when it does
         not)."""
 
+    def release(self, session: Session) -> None:
+        """Let go of what :meth:`up` made for a cell that is not launched after all (its inputs could not be
+        sent, a check refused it, the user interrupted it): a local warm parent waits on that connection for the
+        cell's request and would take no other cell meanwhile."""
+        pending, session.pending = session.pending, None
+        if pending is not None:
+            pending.close()
+
     @abc.abstractmethod
     def end(self, record: SessionRecord) -> None:
         """Remove what is left of the record's machine (and of its places)."""
