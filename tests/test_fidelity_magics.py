@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from support.apart import same_apart
 from support.pairs import assert_same, run_pairs
+from support.threeways import assert_identical
 
 REGISTERED = [
     "from IPython.core.magic import register_line_magic, register_cell_magic",
@@ -115,3 +116,29 @@ def test_a_usage_error_a_cell_raises_is_shown_once(burst_env, tmp_path, session)
     assert_same(pairs, cells)
     plain = pairs[0][0]["outputs"]
     assert len(plain) == 1 and plain[0][:2] == ("stream", "stderr") and plain[0][2].count("UsageError") == 1, plain
+
+
+#: Printers registered by type on the shell's display formatters, and the shell itself bound to a name: the cells
+#: run plainly, under %%burst (all but the first) on a new machine each and on a warm session.
+PRINTERS = [
+    "from fractions import Fraction\nip = get_ipython()\n"
+    "ip.display_formatter.formatters['text/html'].for_type(Fraction, lambda f: f'<b>{f}</b>')\n"
+    "ip.display_formatter.formatters['text/plain'].for_type_by_name(\n"
+    "    'decimal', 'Decimal', lambda d, p, cycle: p.text('D' + str(d)))",
+    "Fraction(1, 3)",
+    "import decimal\ndecimal.Decimal('1.5')",
+    "ip.display_formatter.formatters['text/latex'].for_type(complex, lambda z: f'${z.real}+{z.imag}i$')\n1",
+    "2+3j",
+    "class Money:\n    def __init__(self, v):\n        self.v = v\n\n"
+    "ip.display_formatter.formatters['text/markdown'].for_type(Money, lambda m: f'**{m.v} EUR**')\nMoney(3)",
+    "Money(4)",
+    "ip.display_formatter.formatters['text/latex'].pop(complex)\n2+3j",
+    "ip.user_ns['bound'] = 1j\nbound",
+]
+
+
+def test_printers_registered_by_type_and_the_shell_bound_to_a_name_hold_on_either_side(burst_env, tmp_path):
+    """The Out of a type the notebook gave a printer has that printer's form wherever the cell runs, and one a
+    cell registers, replaces or pops reaches the kernel's shell (sympy's ``init_printing`` so gives expressions
+    their LaTeX); ``ip = get_ipython()`` lands as the machine's own shell (docs/fidelity.md)."""
+    assert_identical(PRINTERS, set(range(1, len(PRINTERS))), tmp_path)

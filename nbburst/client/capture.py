@@ -34,7 +34,7 @@ from ..options import Options, file_destination
 from ..protocol import handles, history, modulestate, sources, workfiles
 from ..protocol.dist import imported_names
 from ..protocol.imports import loaded_submodules
-from ..protocol.transfer import names_in
+from ..protocol.transfer import is_shell, names_in
 from .cellcode import check_syntax, dynamic, embedded, extensions_named, magics_used, shell_words, written_files
 from .replay import definitions
 
@@ -307,9 +307,12 @@ def capture(
 
 
 def _modules_held(values: Iterable[Any]) -> set[str]:
-    """The modules the values' classes come from, and those of the values that are functions or classes."""
+    """The modules the values' classes come from, and those of the values that are functions or classes. Not the
+    shell's: it lands as the shell of the machine (importing the kernel's, ipykernel, would start a debugger)."""
     held = set()
     for value in values:
+        if is_shell(type(value)):
+            continue
         held.add(type(value).__module__)
         try:
             held.add(value.__module__)  # a function's or class's own module

@@ -19,11 +19,18 @@ magics are in every shell and stay out, and so do nbburst's: a machine runs no b
 
 How the shell shows a cell's ``Out`` as text is the shell's too: ``%precision 3`` (its float precision) and
 ``%pprint`` (pretty printing on or off) in one cell decide how the next cell's ``Out`` reads, wherever it runs.
+So are the printers a notebook or a library registers by type on the shell's display formatters
+(``formatters["text/html"].for_type(Fraction, f)``, ``for_type_by_name``; ``sympy.init_printing()`` so gives
+its expressions a LaTeX form): the next cell's ``Out`` of that type has their forms wherever it runs. They
+travel by their type's module and name, as ``for_type_by_name`` takes them, so that a class the notebook
+defined matches the one each side has. The shell's own printers stay (IPython's; the inline backend's Figure
+formats travel of their own, :mod:`.figureformats`).
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +40,8 @@ _STAY = ("IPython.core.", "nbburst")
 _KINDS = ("line", "cell")
 #: The text formatter's settings the shell's magics change (``%precision``, ``%pprint``).
 _SHOWN = ("float_precision", "pprint")
+#: Modules whose printers every shell registers itself (or, the inline backend's, :mod:`.figureformats` carries).
+_OWN_PRINTERS = ("IPython.", "matplotlib_inline", "ipykernel", "nbburst")
 
 
 @dataclass(frozen=True)
@@ -142,7 +151,45 @@ def current() -> dict[str, Any]:
         magics[kind] = {name: shown for name, shown in sorted(table.items()) if shown is not None}
     extensions = sorted(e for e in shell.extension_manager.loaded if not e.startswith(_STAY))
     text = shell.display_formatter.formatters["text/plain"]
-    return {"magics": magics, "extensions": extensions, "text": {name: getattr(text, name) for name in _SHOWN}}
+    return {
+        "magics": magics,
+        "extensions": extensions,
+        "text": {name: getattr(text, name) for name in _SHOWN},
+        "printers": {mime: _printers(formatter) for mime, formatter in shell.display_formatter.formatters.items()},
+    }
+
+
+def _printers(formatter: Any) -> dict[tuple[str, str], Any]:
+    """The printers of ``formatter`` registered by the notebook or a library, by their type's module and name."""
+    found = {(cls.__module__, cls.__name__): printer for cls, printer in formatter.type_printers.items()}
+    found.update(formatter.deferred_printers)
+    return {key: printer for key, printer in found.items() if not _own(printer)}
+
+
+def _own(printer: Any) -> bool:
+    module = getattr(printer, "__module__", None) or type(printer).__module__
+    return not isinstance(module, str) or module.startswith(_OWN_PRINTERS)
+
+
+def _set_printers(formatter: Any, printers: dict[tuple[str, str], Any]) -> None:
+    """Give ``formatter`` the other side's printers: those it lacks or has otherwise, and none of the others it
+    had (a cell popped them). A type this process has loaded gets its printer now; any other, by name (a class
+    the notebook defined, an unimported library's), where the formatter looks it up when it meets one."""
+    here = _printers(formatter)
+    for key in here.keys() - printers.keys():
+        formatter.deferred_printers.pop(key, None)
+        for cls in [cls for cls in formatter.type_printers if (cls.__module__, cls.__name__) == key]:
+            del formatter.type_printers[cls]
+    for key, printer in printers.items():
+        if key in here and _same(here[key], printer):
+            continue
+        cls = getattr(sys.modules.get(key[0]), key[1], None) if key[0] != "__main__" else None
+        if isinstance(cls, type):
+            formatter.for_type(cls, printer)
+        else:
+            for old in [old for old in formatter.type_printers if (old.__module__, old.__name__) == key]:
+                del formatter.type_printers[old]  # a class of the same name made by an earlier cell
+            formatter.for_type_by_name(key[0], key[1], printer)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -165,6 +212,9 @@ def apply(state: dict[str, Any]) -> None:
     for name, value in state["text"].items():
         if getattr(text, name) != value:
             setattr(text, name, value)  # traits: the float format follows the precision, as with %precision
+    for mime, printers in state.get("printers", {}).items():
+        if mime in shell.display_formatter.formatters:
+            _set_printers(shell.display_formatter.formatters[mime], printers)
     manager = shell.extension_manager
     for extension in state["extensions"]:
         if extension in manager.loaded:

@@ -188,6 +188,8 @@ class _Pickler(codepickle.Pickler):
             return _with_weak_parents(obj)
         if mode is _SUBARRAY:
             return _with_attributes(obj)
+        if mode is _SHELL:
+            return _the_shell, ()
         if self.named is not None and isinstance(obj, (type, types.FunctionType, types.ModuleType)):
             home = obj.__name__ if isinstance(obj, types.ModuleType) else obj.__module__
             if isinstance(home, str):
@@ -205,7 +207,14 @@ class _Pickler(codepickle.Pickler):
 
 
 #: What :meth:`_Pickler.reducer_override` does with the objects of a type (:func:`_mode`).
-_DECLINED, _ARRAY, _SUBARRAY, _TRANSFORM, _ASKED = "declined", "array", "subarray", "transform", "asked"
+_DECLINED, _ARRAY, _SUBARRAY, _TRANSFORM, _SHELL, _ASKED = (
+    "declined",
+    "array",
+    "subarray",
+    "transform",
+    "shell",
+    "asked",
+)
 
 
 def _mode(kind: type, fingerprinting: bool) -> str:
@@ -213,7 +222,8 @@ def _mode(kind: type, fingerprinting: bool) -> str:
     references it looks up by identity first): leaves it to the pickler (``_DECLINED``), reduces it as a view
     when it lies in a region (``_ARRAY``, numpy's arrays), reduces it with its instance's attributes
     (``_SUBARRAY``, :func:`_with_attributes`), reduces it to be loaded with weak references to its
-    parents (``_TRANSFORM``, :func:`_pins_parents`), or asks each of the checks (``_ASKED``: a class,
+    parents (``_TRANSFORM``, :func:`_pins_parents`), reduces it to the shell where it lands (``_SHELL``,
+    :func:`_the_shell`), or asks each of the checks (``_ASKED``: a class,
     function or module, whose home is named and which cloudpickle and :mod:`.codepickle` reduce; a handle,
     :func:`handles.moves`; a registry that counts its pickles, when fingerprinting). Asked once per type and
     pickler: a graph such as a Figure's holds thousands of objects of a few dozen types."""
@@ -227,7 +237,24 @@ def _mode(kind: type, fingerprinting: bool) -> str:
         return _TRANSFORM
     if kind.__name__ == "ndarray" and kind.__module__ == "numpy":
         return _ARRAY
+    if is_shell(kind):
+        return _SHELL
     return _SUBARRAY if _reduced_as_array(kind) else _DECLINED
+
+
+def is_shell(kind: type) -> bool:
+    """Whether ``kind`` is IPython's shell (a kernel's is a subclass): ``ip = get_ipython()`` binds the process's
+    one shell, which each side has of its own, its threads and sockets with it (:func:`_the_shell`)."""
+    shell = sys.modules.get("IPython.core.interactiveshell")
+    return shell is not None and issubclass(kind, shell.InteractiveShell)
+
+
+def _the_shell() -> Any:
+    """Where a shell lands: the shell of that process, as ``get_ipython()`` there gives it (None outside IPython).
+    What a cell changes in it (magics, extensions, how values are shown) travels as process state."""
+    from IPython import get_ipython
+
+    return get_ipython()
 
 
 def _reduced_as_array(kind: type) -> bool:
