@@ -134,6 +134,21 @@ VARIES: dict[str, dict[str, str]] = {
         ["cell 8 stdout", "namespace dy_dscale001", "namespace dy_dscale333", "namespace dy_umath", "namespace yy"],
         "yy from np.random.normal(...) without a seed, and the fit on it: " + _UNSEEDED,
     ),
+    "mesa/analysis": dict.fromkeys(
+        ["cell 5 out", "cell 10 out", "namespace df", "namespace model_out", "namespace results"],
+        "Schelling(...) and batch_run(...) without a seed, and the data collected from them: " + _UNSEEDED,
+    ),
+    "mesa/2_collecting_data": dict.fromkeys(
+        [
+            "namespace agent_wealth",
+            "namespace agent_wealth_long",
+            "namespace end_wealth",
+            "namespace gini",
+            "namespace multiple_agents_wealth",
+            "namespace one_agent_wealth",
+        ],
+        "MoneyModel(...) without a seed, and the data collected from it: " + _UNSEEDED,
+    ),
     "networkx/plot_expected_degree_sequence": dict.fromkeys(
         ["cell 1 stdout", "namespace dh", "namespace i"],
         "nx.expected_degree_graph(w) without a seed: " + _UNSEEDED,
@@ -195,6 +210,11 @@ DIFFERS: dict[str, str] = {}
 #: notebook's globals), simulated in one cell and plotted in later ones, ``np.random.seed`` before white noise,
 #: ``!pip install`` in an ``except`` branch; a GeoDataFrame read from a shapefile another package ships,
 #: classifiers shown as a cell's ``Out``, colormaps made in one cell and drawn with in later ones, large figures.
+#: mesa and findiff (added unseen, after those): a model class imported from a module beside the notebook (``from
+#: model import Schelling``), run step by step in one cell and its collected data read and plotted in later ones,
+#: a batch run of that class; agent and model classes defined again in a later cell, CSV files the notebook
+#: writes beside itself; functions and operators defined once and applied in later cells, a figure of several
+#: axes; sympy expressions as each cell's ``Out`` (LaTeX), chained through ``_`` from cell to cell.
 HELD_OUT = [
     "scientific-python-lectures/Lecture-1-Introduction-to-Python-Programming",
     "scientific-python-lectures/Lecture-2-Numpy",
@@ -210,6 +230,10 @@ HELD_OUT = [
     "python-control/cds110-L1_servomech-python",
     "mapclassify/06_api",
     "mapclassify/value_by_alpha",
+    "mesa/analysis",
+    "mesa/2_collecting_data",
+    "findiff/examples-non-uniform-grids",
+    "findiff/symbolic",
 ]
 
 #: The notebooks run with every cell on one warm session (``--corpus=all``: all of them): a plotting one, one
@@ -261,6 +285,8 @@ def test_the_subset_and_the_documented_variations_name_real_notebooks():
         "corner",
         "python-control",
         "mapclassify",
+        "mesa",
+        "findiff",
     }
     assert not held_out_only & {n.partition("/")[0] for n in names}
     assert set(SUBSET) <= names and set(ON_SESSION) <= names and set(VARIES) <= everything
