@@ -142,3 +142,17 @@ def test_printers_registered_by_type_and_the_shell_bound_to_a_name_hold_on_eithe
     cell registers, replaces or pops reaches the kernel's shell (sympy's ``init_printing`` so gives expressions
     their LaTeX); ``ip = get_ipython()`` lands as the machine's own shell (docs/fidelity.md)."""
     assert_identical(PRINTERS, set(range(1, len(PRINTERS))), tmp_path)
+
+
+def test_the_inline_backends_own_figure_printers_stay_out_of_those_that_travel(burst_env, tmp_path):
+    """The inline backend's Figure printers (``functools.partial`` of IPython's ``print_figure``) are the shell's
+    own: a warm session that draws Figures keeps drawing them as images whatever printers the kernel's shell has
+    (``import pylab`` in a first cell, as statsmodels' notebooks do, once left the session's plots as text)."""
+    cells = [
+        "import numpy as np\nimport pylab\npylab.rc('figure', figsize=(4, 3))",
+        "x = np.arange(5.0)",
+        "fig, ax = pylab.subplots()\nax.plot(x, x**2)",
+        "import matplotlib.pyplot as plt\nplt.plot([2, 1])\nplt.show()",
+        "fig = plt.figure()\nplt.plot([1, 3])\nfig",
+    ]
+    assert_identical(cells, {0, 1, 2, 3, 4}, tmp_path)

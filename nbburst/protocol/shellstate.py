@@ -29,6 +29,7 @@ formats travel of their own, :mod:`.figureformats`).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 import types
@@ -167,6 +168,10 @@ def _printers(formatter: Any) -> dict[tuple[str, str], Any]:
 
 
 def _own(printer: Any) -> bool:
+    """Whether the shell registers ``printer`` itself: a function of its modules, or one given arguments
+    (``functools.partial``, as the inline backend registers ``print_figure`` for Figures)."""
+    while isinstance(printer, functools.partial):
+        printer = printer.func
     module = getattr(printer, "__module__", None) or type(printer).__module__
     return not isinstance(module, str) or module.startswith(_OWN_PRINTERS)
 
