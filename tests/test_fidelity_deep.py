@@ -1,13 +1,12 @@
-"""A value whose objects reach each other in long chains, deeper than pickle's recursion allows (docs/fidelity.md,
-cause 30), still stays on its side under ``%%burst``.
+"""A value whose objects reach each other in long chains, deeper than the interpreter's default recursion limit,
+travels both ways under ``%%burst`` (docs/fidelity.md, cause 30).
 
 pickle goes into a value depth first, a level of recursion per object: nested lists a thousand deep, a linked list,
-or mesa's grid of cells, each holding the cells around it (the held-out mesa ``2_collecting_data`` notebook), raise
-``RecursionError`` in the pickler where the kernel holds them without pickling. Made on a machine, such a value
-stays there and the next cell raises ``NameError``; made in the kernel, a ``%%burst`` cell reading it stops before
-it is launched. Compared three ways (plainly; a new machine per cell; one warm session), as
-tests/test_fidelity_patterns.py does, and expected to differ until the pickling of both directions can go deeper:
-the test then passes, and this mark must go.
+or mesa's grid of cells, each holding the cells around it (the held-out mesa ``2_collecting_data`` notebook), raised
+``RecursionError`` in the pickler where the kernel holds them without pickling: made on a machine, such a value
+stayed there and the next cell raised ``NameError``; made in the kernel, a ``%%burst`` cell reading it stopped before
+it was launched. Compared three ways (plainly; a new machine per cell; one warm session), as
+tests/test_fidelity_patterns.py does.
 """
 
 from __future__ import annotations
@@ -30,9 +29,6 @@ CELLS = [
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="cause 30: a graph deeper than the recursion limit cannot be pickled"
-)
 def test_a_value_deeper_than_the_recursion_limit_travels_both_ways(burst_env, tmp_path):
     plain = assert_identical(CELLS, {1, 3, 5}, tmp_path)
     assert plain[2]["stdout"] == "1500 1000\n", plain[2]

@@ -140,7 +140,7 @@ PRINTERS = [
 def test_printers_registered_by_type_and_the_shell_bound_to_a_name_hold_on_either_side(burst_env, tmp_path):
     """The Out of a type the notebook gave a printer has that printer's form wherever the cell runs, and one a
     cell registers, replaces or pops reaches the kernel's shell (sympy's ``init_printing`` so gives expressions
-    their LaTeX); ``ip = get_ipython()`` lands as the machine's own shell (docs/fidelity.md)."""
+    their LaTeX); ``ip = get_ipython()`` lands as the machine's own shell (docs/fidelity.md, cause 31)."""
     assert_identical(PRINTERS, set(range(1, len(PRINTERS))), tmp_path)
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import RemoteError
-from ..protocol import modulestate, transfer
+from ..protocol import modulestate, pandascow, transfer
 from ..protocol import processstate as process_state
 from .replay import settle
 
@@ -49,7 +49,9 @@ class CellResult:
         value, so one that cannot come back is a warning, not the loss of the others. ``inner``: the objects
         inside the inputs as they were sent, which the result may update in place; ``replayable``: the cell's
         statements that make again, in the kernel, a value that cannot come back (:mod:`nbburst.client.replay`)."""
-        loaded = transfer.load_values(data, namespace, inner)
+        kernel = [namespace, *(inner or {}).values()]  # a Series made there of a kernel's frame is linked with it
+        with pandascow.landing(lambda: (obj for objects in kernel for obj in objects.values())):
+            loaded = transfer.load_values(data, namespace, inner)
         meta, values = loaded.meta, loaded.values
         has_last = meta["has_last"] and transfer.LAST in values
         last = values.pop(transfer.LAST, None)

@@ -33,9 +33,12 @@ import functools
 import gc
 import io
 import itertools
+import mmap
 import pickle
 import re
+import resource
 import sys
+import threading
 import types
 import weakref
 from collections import ChainMap
@@ -43,7 +46,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import codepickle, handles, modulestate, payload, views
+from . import codepickle, handles, modulestate, pandascow, payload, views
 
 #: The name under which a cell's last value (its ``Out``) travels among its variables.
 LAST = "<last>"
@@ -73,23 +76,48 @@ _MISSING = object()
 Address = str | tuple[str, int]
 
 
-def _uncollected(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` run with the cyclic garbage collector paused. Pickling or unpickling a graph of thousands of
-    objects makes as many containers, and every few hundred of them start a collection that walks the process's
-    young objects (a kernel's are many) to find no garbage among objects all still in use; what the pass leaves
-    behind is collected after it."""
+def _graph_pass(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function``, a pass over values' object graphs, run with the cyclic garbage collector paused and as deep
+    as the thread's stack allows (:func:`_depth`).
+
+    Pickling or unpickling a graph of thousands of objects makes as many containers, and every few hundred of
+    them start a collection that walks the process's young objects (a kernel's are many) to find no garbage among
+    objects all still in use; what the pass leaves behind is collected after it. And pickle goes into a value
+    depth first, a level of recursion per object: a linked list or a grid of cells that hold their neighbours
+    (mesa's) is deeper than the interpreter's default limit, where the kernel holds it without pickling it."""
 
     @functools.wraps(function)
     def paused(*args: Any, **kwargs: Any) -> Any:
-        if not gc.isenabled():  # paused already (a nested pass, or the caller's own choice)
-            return function(*args, **kwargs)
-        gc.disable()
+        limit = sys.getrecursionlimit()
+        deeper = max(limit, _depth())  # a nested pass finds it deeper already
+        collecting = gc.isenabled()  # paused already: a nested pass, or the caller's own choice
+        if collecting:
+            gc.disable()
+        sys.setrecursionlimit(deeper)
         try:
             return function(*args, **kwargs)
         finally:
-            gc.enable()
+            sys.setrecursionlimit(limit)
+            if collecting:
+                gc.enable()
 
     return paused
+
+
+#: At most this many levels of recursion in a pass, and this many bytes of the stack counted for each: pickle's C
+#: recursion, cloudpickle's reducer between levels, with room to spare (deeper, a pass would overflow the stack and
+#: end the process, where the interpreter's limit raises RecursionError).
+MAX_DEPTH = 20_000
+STACK_PER_LEVEL = 400
+
+
+def _depth() -> int:
+    """How deep a pass may go here: in the main thread, as deep as its stack holds :data:`STACK_PER_LEVEL` bytes a
+    level (up to :data:`MAX_DEPTH`); another thread's stack may be small, and keeps the interpreter's limit."""
+    if threading.current_thread() is not threading.main_thread():
+        return 0
+    soft, _ = resource.getrlimit(resource.RLIMIT_STACK)
+    return MAX_DEPTH if soft == resource.RLIM_INFINITY else min(MAX_DEPTH, soft // STACK_PER_LEVEL)
 
 
 def inner_objects(memo: Collection[tuple[int, Any]], top: Any) -> dict[int, Any]:
@@ -144,6 +172,7 @@ class _Pickler(codepickle.Pickler):
         self.referred: set[Address] = set()
         self.index = 0
         self.modes: dict[type, str] = {}  # type -> what reducer_override does with its objects (_mode)
+        self.links: dict[int, pandascow.Link] = {}  # pandas' copy-on-write links met, by their references' id
         self.by_reduction = targets is not None and not adopt and not any(type(o) in _SAVED_DIRECTLY for o in targets)
         if self.places and not self.by_reduction:
             self.persistent_id = self._persistent_id
@@ -190,6 +219,8 @@ class _Pickler(codepickle.Pickler):
             return _with_attributes(obj)
         if mode is _SHELL:
             return _the_shell, ()
+        if mode is _MANAGER:
+            return pandascow.reduce_manager(obj, self.links)
         if self.named is not None and isinstance(obj, (type, types.FunctionType, types.ModuleType)):
             home = obj.__name__ if isinstance(obj, types.ModuleType) else obj.__module__
             if isinstance(home, str):
@@ -207,12 +238,13 @@ class _Pickler(codepickle.Pickler):
 
 
 #: What :meth:`_Pickler.reducer_override` does with the objects of a type (:func:`_mode`).
-_DECLINED, _ARRAY, _SUBARRAY, _TRANSFORM, _SHELL, _ASKED = (
+_DECLINED, _ARRAY, _SUBARRAY, _TRANSFORM, _SHELL, _MANAGER, _ASKED = (
     "declined",
     "array",
     "subarray",
     "transform",
     "shell",
+    "manager",
     "asked",
 )
 
@@ -223,7 +255,8 @@ def _mode(kind: type, fingerprinting: bool) -> str:
     when it lies in a region (``_ARRAY``, numpy's arrays), reduces it with its instance's attributes
     (``_SUBARRAY``, :func:`_with_attributes`), reduces it to be loaded with weak references to its
     parents (``_TRANSFORM``, :func:`_pins_parents`), reduces it to the shell where it lands (``_SHELL``,
-    :func:`_the_shell`), or asks each of the checks (``_ASKED``: a class,
+    :func:`_the_shell`), reduces a pandas block manager with its copy-on-write links (``_MANAGER``, except in a
+    fingerprint: they say nothing of its content; :mod:`.pandascow`), or asks each of the checks (``_ASKED``: a class,
     function or module, whose home is named and which cloudpickle and :mod:`.codepickle` reduce; a handle,
     :func:`handles.moves`; a registry that counts its pickles, when fingerprinting). Asked once per type and
     pickler: a graph such as a Figure's holds thousands of objects of a few dozen types."""
@@ -239,6 +272,8 @@ def _mode(kind: type, fingerprinting: bool) -> str:
         return _ARRAY
     if is_shell(kind):
         return _SHELL
+    if not fingerprinting and pandascow.is_manager(kind):
+        return _MANAGER
     return _SUBARRAY if _reduced_as_array(kind) else _DECLINED
 
 
@@ -325,12 +360,15 @@ def _with_weak_parents(obj: Any) -> Any:
 
 def _with_attributes(obj: Any) -> Any:
     """A numpy array subclass's reduction with the attributes of the instance, which numpy's leaves out (a
-    labelled signal's labels: ``obj.labels = ...`` in its ``__new__``); numpy's own where it has none."""
-    attributes = getattr(obj, "__dict__", None)
+    labelled signal's labels: ``obj.labels = ...`` in its ``__new__``); numpy's own where it has none. A file's
+    memory mapping (``np.memmap``'s, ``np.load(..., mmap_mode="r")``) stays in its process, as numpy's own pickle
+    leaves it: the array lands as a memmap of the same bytes that no file backs (one that comes back to update
+    the kernel's own is written into that one's mapping, :func:`_adoptable`)."""
+    attributes = {k: v for k, v in getattr(obj, "__dict__", {}).items() if not isinstance(v, mmap.mmap)}
     if not attributes:
         return NotImplemented
     func, args, state = obj.__reduce_ex__(5)[:3]
-    return func, args, (state, dict(attributes)), None, None, _set_array_attributes
+    return func, args, (state, attributes), None, None, _set_array_attributes
 
 
 def _set_array_attributes(obj: Any, state: tuple[Any, dict[str, Any]]) -> None:
@@ -361,8 +399,10 @@ def _adoptable(obj: Any) -> tuple[str, Any] | None:
         except handles.Unmovable:
             return None
     module = kind.__module__ or ""
+    if pandascow.is_manager(kind):  # a new one, whose blocks land with their links (its frame is updated)
+        return None
     if module.startswith("numpy"):
-        if kind.__name__ == "ndarray":
+        if kind.__name__ in ("ndarray", "memmap"):  # a memmap's new content goes into the kernel's mapping
             return "array", obj.view()
         if kind.__name__ in _RNGS.values():
             return kind.__name__.lower(), _rng_state(obj)
@@ -545,7 +585,7 @@ def _in_user_frames(call: Callable[[], Any], target: dict[str, Any], names: dict
 # -- inputs: a blob each ----------------------------------------------------------------------------
 
 
-@_uncollected
+@_graph_pass
 def encode_inputs(
     values: dict[str, Any],
     optional: Collection[str] = (),
@@ -666,7 +706,7 @@ def _reaching(name: str, refers: dict[str, set[str]]) -> set[str]:
 # -- one value ------------------------------------------------------------------------------------
 
 
-@_uncollected
+@_graph_pass
 def load_value(
     data: bytes | bytearray | memoryview,
     target: dict[str, Any],
@@ -684,7 +724,7 @@ def load_value(
     return value
 
 
-@_uncollected
+@_graph_pass
 def fingerprint(value: Any, others: Sequence[Any] = (), walked: dict[int, int] | None = None) -> str | None:
     """Content fingerprint of ``value`` (xxh3 of its pickle); None for values that cannot change in place.
 
@@ -784,7 +824,7 @@ class Writer:
         self.resets: list[bool] = []
         self.reset = False
 
-    @_uncollected
+    @_graph_pass
     def add(self, name: str, value: Any) -> str | None:
         """Pickle ``value`` as ``name``; returns why it could not be, or None. The value goes in a tuple of its
         own, which the pickler memoizes after everything in it: the next value's objects begin one index past
@@ -830,7 +870,7 @@ def _before(memo: dict[int, Any], last: tuple | None) -> dict[int, Any]:
     return {k: v for k, v in memo.items() if k <= end}
 
 
-@_uncollected
+@_graph_pass
 def load_values(
     data: bytes | bytearray | memoryview, target: dict[str, Any], inner: dict[str, dict[int, Any]] | None = None
 ) -> Loaded:

@@ -47,7 +47,7 @@ def plain_array(obj: Any) -> bool:
     return kind.__name__ == "ndarray" and kind.__module__ == "numpy" and not obj.dtype.hasobject
 
 
-def _root(array: Any) -> int:
+def root(array: Any) -> int:
     """The id of what an array's memory belongs to (arrays of different roots never share memory here)."""
     base = array
     while True:
@@ -86,7 +86,7 @@ class Regions:
             if array.size == 0 or id(array) in seen or 0 in array.strides:
                 continue
             seen.add(id(array))
-            self._by_root.setdefault(_root(array), []).append((position, position < len(held), array))
+            self._by_root.setdefault(root(array), []).append((position, position < len(held), array))
         self._ranked: dict[int, list[tuple[tuple, int, int, Any]]] = {}
         self._ranks: dict[int, tuple] = {}
 
@@ -110,11 +110,11 @@ class Regions:
         a contiguous one: a total order, so never a cycle), or None."""
         if not self._by_root or not plain_array(view) or view.size == 0:
             return None
-        root = _root(view)
-        members = self._by_root.get(root)
+        key = root(view)
+        members = self._by_root.get(key)
         if not members or (len(members) == 1 and members[0][2] is view):  # most arrays: memory of their own
             return None
-        candidates = self._group(root)
+        candidates = self._group(key)
         low, high = _bounds(view)
         own = self._ranks.get(id(view))
         for rank, a_low, a_high, array in candidates:  # the first that holds the view ranks highest of them

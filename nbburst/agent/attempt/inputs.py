@@ -20,7 +20,7 @@ import json
 import os
 from typing import Any
 
-from ...protocol import celllines, imports, payload, processstate, signing, sources, transfer
+from ...protocol import celllines, imports, pandascow, payload, processstate, signing, sources, transfer
 from ...protocol.job import JobLayout, JobSpec, blob_key
 from ...store import Store
 from ..session import blobcache
@@ -212,10 +212,12 @@ def load(store: Store, layout: JobLayout, spec: JobSpec, ns: dict[str, Any]) -> 
     before = set(ns)
     inner: dict[str, dict[int, Any]] = {}
     known: dict[str, Arrival] = {}
-    for name, digest in manifest.get("values", {}).items():
-        ns[name] = _fetch(store, digest, repr(name), ns, inner.setdefault(name, {}), inner)
-        if (fps := blobcache.fingerprints(digest)) is not None:
-            known[name] = fps
+    # pandas' lazy copies stay lazy copies, those of two inputs linked again
+    with pandascow.landing(lambda: (obj for objects in inner.values() for obj in objects.values())):
+        for name, digest in manifest.get("values", {}).items():
+            ns[name] = _fetch(store, digest, repr(name), ns, inner.setdefault(name, {}), inner)
+            if (fps := blobcache.fingerprints(digest)) is not None:
+                known[name] = fps
     history = set(manifest.get("history", []))  # the kernel's `_`, `Out`...: read by the cell, never sent back
     # the inputs, the globals functions brought
     inputs.watch(ns, [n for n in ns if n not in before and n not in history], inner, known)
