@@ -23,6 +23,7 @@ imports pandas: a cell that never used it pays nothing.
 from __future__ import annotations
 
 import contextlib
+import operator
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -51,10 +52,16 @@ class Link:
         """``block`` (of ``manager``) landed with this link: it shares the references of the first one."""
         if self.refs is None:
             self.refs = block.refs
-        elif block.refs is not self.refs:
-            block.refs = self.refs
-            self.refs.add_reference(block)
+        else:
+            _share(block, self.refs)
         self.blocks.append((manager, block))
+
+
+def _share(block: Any, refs: Any) -> None:
+    """``block`` takes ``refs`` for its references, as pandas gives a lazy copy its source's."""
+    if block.refs is not refs:
+        block.refs = refs
+        refs.add_reference(block)
 
 
 def is_manager(kind: type) -> bool:
@@ -89,9 +96,9 @@ def _set_state(manager: Any, state: tuple[Any, tuple[Link | None, ...]]) -> None
 
 @contextlib.contextmanager
 def landing(present: Callable[[], Iterable[Any]]) -> Iterator[None]:
-    """Load values within: afterwards each link that landed with one block only is linked with the blocks of
-    ``present()`` (the objects the process has: the kernel's namespace, the inputs) that lie in the memory of
-    its block, or else is marked shared."""
+    """Load values within: afterwards the blocks of each link that landed join the references of a block of
+    ``present()`` (the objects the process has: the kernel's namespace, the inputs) that lies in the same array's
+    memory, if one does; else a link that landed with one block marks it shared."""
     outer = getattr(_landing, "links", None)
     _landing.links = links = {}
     try:
@@ -119,8 +126,7 @@ def landing(present: Callable[[], Iterable[Any]]) -> Iterator[None]:
         )
         if partner is not None:  # they join the references of the block they were made from, and of its copies
             for _, block in link.blocks:
-                block.refs = partner.refs
-                partner.refs.add_reference(block)
+                _share(block, partner.refs)
         elif len(link.blocks) == 1:  # its other blocks stayed where it came from
             manager, block = link.blocks[0]
             _keepers.setdefault(manager, []).append(block.copy(deep=False))  # shares its refs: a write copies
@@ -129,14 +135,18 @@ def landing(present: Callable[[], Iterable[Any]]) -> Iterator[None]:
 def _managers(objects: Iterable[Any]) -> list[Any]:
     """The block managers among ``objects``, and those of the DataFrames and Series among them."""
     found: dict[int, Any] = {}
-    kinds: dict[type, int] = {}  # type -> 1: a manager, 2: a DataFrame or Series, 0: neither
+    getters: dict[type, Callable[[Any], Any] | None] = {}  # by type: how its object gives its manager, if it has one
     for obj in objects:
         kind = type(obj)
-        what = kinds.get(kind)
-        if what is None:
-            pandas = kind.__module__.startswith("pandas.core.") and kind.__name__ in ("DataFrame", "Series")
-            what = kinds[kind] = 1 if is_manager(kind) else 2 if pandas else 0
-        if what:
-            manager = obj if what == 1 else obj._mgr
+        if kind not in getters:
+            frame = kind.__module__.startswith("pandas.core.") and kind.__name__ in ("DataFrame", "Series")
+            getters[kind] = _itself if is_manager(kind) else operator.attrgetter("_mgr") if frame else None
+        get = getters[kind]
+        if get is not None:
+            manager = get(obj)
             found[id(manager)] = manager
     return list(found.values())
+
+
+def _itself(obj: Any) -> Any:
+    return obj

@@ -162,7 +162,7 @@ def current() -> dict[str, Any]:
 
 def _printers(formatter: Any) -> dict[tuple[str, str], Any]:
     """The printers of ``formatter`` registered by the notebook or a library, by their type's module and name."""
-    found = {(cls.__module__, cls.__name__): printer for cls, printer in formatter.type_printers.items()}
+    found = {_key(cls): printer for cls, printer in formatter.type_printers.items()}
     found.update(formatter.deferred_printers)
     return {key: printer for key, printer in found.items() if not _own(printer)}
 
@@ -182,9 +182,7 @@ def _set_printers(formatter: Any, printers: dict[tuple[str, str], Any]) -> None:
     the notebook defined, an unimported library's), where the formatter looks it up when it meets one."""
     here = _printers(formatter)
     for key in here.keys() - printers.keys():
-        formatter.deferred_printers.pop(key, None)
-        for cls in [cls for cls in formatter.type_printers if (cls.__module__, cls.__name__) == key]:
-            del formatter.type_printers[cls]
+        _forget(formatter, key)
     for key, printer in printers.items():
         if key in here and _same(here[key], printer):
             continue
@@ -192,9 +190,20 @@ def _set_printers(formatter: Any, printers: dict[tuple[str, str], Any]) -> None:
         if isinstance(cls, type):
             formatter.for_type(cls, printer)
         else:
-            for old in [old for old in formatter.type_printers if (old.__module__, old.__name__) == key]:
-                del formatter.type_printers[old]  # a class of the same name made by an earlier cell
+            _forget(formatter, key)  # a class of the same name an earlier cell made
             formatter.for_type_by_name(key[0], key[1], printer)
+
+
+def _key(cls: type) -> tuple[str, str]:
+    """A type as ``for_type_by_name`` names it."""
+    return cls.__module__, cls.__name__
+
+
+def _forget(formatter: Any, key: tuple[str, str]) -> None:
+    """Drop ``formatter``'s printer of the type named ``key``, registered by type or by name."""
+    formatter.deferred_printers.pop(key, None)
+    for cls in [cls for cls in formatter.type_printers if _key(cls) == key]:
+        del formatter.type_printers[cls]
 
 
 def _same(a: Any, b: Any) -> bool:

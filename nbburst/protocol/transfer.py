@@ -114,8 +114,12 @@ STACK_PER_LEVEL = 400
 def _depth() -> int:
     """How deep a pass may go here: in the main thread, as deep as its stack holds :data:`STACK_PER_LEVEL` bytes a
     level (up to :data:`MAX_DEPTH`); another thread's stack may be small, and keeps the interpreter's limit."""
-    if threading.current_thread() is not threading.main_thread():
-        return 0
+    return _main_depth() if threading.current_thread() is threading.main_thread() else 0
+
+
+@functools.cache
+def _main_depth() -> int:
+    """:func:`_depth` in the main thread, read once (a process sets its stack's limit at its start, if ever)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_STACK)
     return MAX_DEPTH if soft == resource.RLIM_INFINITY else min(MAX_DEPTH, soft // STACK_PER_LEVEL)
 
